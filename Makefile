@@ -1,0 +1,26 @@
+# Set-up and everyday commands. `make run` and `make test` work on a fresh machine.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SHARED ?= ../shared
+
+.PHONY: run test test-all cts clean
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) examples/main_job.py
+
+test: $(STAMP)
+	$(PY) -m pytest
+	$(VENV)/bin/nnapi cts $(SHARED)/cts --device reference --json $(VENV)/cts-reference.json
+
+test-all: test
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info

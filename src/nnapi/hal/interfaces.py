@@ -1,0 +1,93 @@
+"""The driver interfaces: IDevice, IPreparedModel, IBuffer, IFencedExecutionCallback.
+
+Shaped like Android's single AIDL interface (no `_1_x` suffixes). Every argument and
+result is plain data from `types` / `enums` (or a file descriptor), so each call can
+cross a process boundary. Failures raise `NnError`. Deadlines are absolute
+`time.monotonic_ns()` values; None (or NO_DEADLINE) means none.
+"""
+from __future__ import annotations
+
+import abc
+from typing import Callable, Sequence
+
+from .enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
+from .types import (BufferDesc, BufferRole, CacheHandles, Capabilities, DeviceInfo, MemoryHandle,
+                    Model, OutputShape, Request, Timing)
+
+#: Called once when an asynchronous execution ends: status, output shapes, timing.
+ExecutionCallback = Callable[[ErrorStatus, list[OutputShape], Timing], None]
+
+
+class IBuffer(abc.ABC):
+    """A driver-managed buffer (memory domain), reached by its token or by copies."""
+
+    @abc.abstractmethod
+    def copy_to(self, dst: MemoryHandle) -> None:
+        """Copy the whole buffer into shared memory of exactly its size."""
+
+    @abc.abstractmethod
+    def copy_from(self, src: MemoryHandle, dimensions: Sequence[int]) -> None:
+        """Fill the buffer from shared memory, fixing its dimensions."""
+
+
+class IFencedExecutionCallback(abc.ABC):
+    @abc.abstractmethod
+    def get_execution_info(self) -> tuple[ErrorStatus, Timing, Timing]:
+        """Status, timing since launch, timing since the wait fences were signalled."""
+
+
+class IPreparedModel(abc.ABC):
+    """A model compiled for one device."""
+
+    @abc.abstractmethod
+    def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,
+                loop_timeout_ns: int | None, callback: ExecutionCallback) -> None:
+        """Launch asynchronously; launch errors raise, run errors reach `callback`."""
+
+    @abc.abstractmethod
+    def execute_synchronously(self, request: Request, measure: MeasureTiming, deadline: int | None,
+                              loop_timeout_ns: int | None) -> tuple[list[OutputShape], Timing]:
+        """Run to completion. OUTPUT_INSUFFICIENT_SIZE carries the shapes in `NnError.output_shapes`."""
+
+    @abc.abstractmethod
+    def execute_fenced(self, request: Request, wait_for: Sequence[int], measure: MeasureTiming,
+                       deadline: int | None, loop_timeout_ns: int | None,
+                       timeout_after_fence_ns: int | None) -> tuple[int, IFencedExecutionCallback]:
+        """Run after every fence in `wait_for` (eventfd-style sync fences) is signalled.
+
+        Returns a sync fence fd (-1 when already done) and a callback for status and timing.
+        """
+
+
+class IDevice(abc.ABC):
+    """One driver's device."""
+
+    @abc.abstractmethod
+    def get_info(self) -> DeviceInfo:
+        """Name, version string, device type and feature level."""
+
+    @abc.abstractmethod
+    def get_capabilities(self) -> Capabilities:
+        ...
+
+    @abc.abstractmethod
+    def get_supported_operations(self, model: Model) -> list[bool]:
+        """One flag per operation of the main subgraph; INVALID_ARGUMENT for an invalid model."""
+
+    @abc.abstractmethod
+    def get_number_of_cache_files_needed(self) -> tuple[int, int]:
+        """(model cache files, data cache files), each at most MAX_NUMBER_OF_CACHE_FILES."""
+
+    @abc.abstractmethod
+    def prepare_model(self, model: Model, preference: ExecutionPreference, priority: Priority,
+                      deadline: int | None, cache: CacheHandles | None, token: bytes | None) -> IPreparedModel:
+        ...
+
+    @abc.abstractmethod
+    def prepare_model_from_cache(self, deadline: int | None, cache: CacheHandles, token: bytes) -> IPreparedModel:
+        ...
+
+    @abc.abstractmethod
+    def allocate(self, desc: BufferDesc, prepared_models: Sequence[IPreparedModel],
+                 input_roles: Sequence[BufferRole], output_roles: Sequence[BufferRole]) -> tuple[IBuffer, int]:
+        """A driver-managed buffer and its token (> 0) for the given roles."""

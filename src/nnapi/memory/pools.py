@@ -1,0 +1,99 @@
+"""Creating and mapping memory handles (M3/M4): `ashmem` as memfd + mmap, `mmap_fd` from any fd.
+
+A handle is plain data (fds + ints + size) so it can cross a process boundary. Mapping checks
+bounds and returns a `MappedPool` whose `view(offset, length)` is a zero-copy memoryview.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+
+import numpy as np
+
+from ..hal import ErrorStatus, MemoryHandle, MemoryPool, NnError
+
+PROT_READ, PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
+
+
+def allocate_ashmem(size: int, name: str = "nnapi") -> MemoryHandle:
+    """New anonymous shared memory of `size` bytes (a memfd), zero-filled."""
+    if size <= 0:
+        raise NnError(ErrorStatus.INVALID_ARGUMENT, f"ashmem size must be positive, got {size}")
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, size)
+    except OSError:
+        os.close(fd)
+        raise
+    return MemoryHandle("ashmem", (fd,), (), size)
+
+
+def mmap_fd_handle(fd: int, offset: int, size: int, prot: int = PROT_READ | PROT_WRITE) -> MemoryHandle:
+    """An `mmap_fd` handle over a duplicate of `fd` (ints: prot, offset low 32, offset high 32)."""
+    if size <= 0 or fd < 0 or offset < 0:
+        raise NnError(ErrorStatus.INVALID_ARGUMENT, f"mmap_fd needs fd >= 0, offset >= 0, size > 0 "
+                                                     f"(got fd {fd}, offset {offset}, size {size})")
+    return MemoryHandle("mmap_fd", (os.dup(fd),), (prot, offset & 0xFFFFFFFF, offset >> 32), size)
+
+
+def dup_handle(handle: MemoryHandle) -> MemoryHandle:
+    return MemoryHandle(handle.name, tuple(os.dup(fd) for fd in handle.fds), handle.ints, handle.size)
+
+
+def close_handle(handle: MemoryHandle) -> None:
+    for fd in handle.fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+class MappedPool:
+    """A mapped memory pool; `view` and `array` give bounds-checked zero-copy access."""
+
+    def __init__(self, buffer: memoryview, keepalive: object = None, writable: bool = True) -> None:
+        self.buffer = buffer
+        self.size = buffer.nbytes
+        self.writable = writable
+        self._keepalive = keepalive
+
+    def view(self, offset: int, length: int) -> memoryview:
+        if offset < 0 or length < 0 or offset + length > self.size:
+            raise NnError(ErrorStatus.INVALID_ARGUMENT,
+                          f"region [{offset}, {offset + length}) is outside the pool of {self.size} bytes")
+        return self.buffer[offset:offset + length]
+
+    def array(self, offset: int, length: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        """A numpy view of a region (no copy)."""
+        return np.frombuffer(self.view(offset, length), dtype=dtype).reshape(shape)
+
+
+def map_handle(handle: MemoryHandle) -> MappedPool:
+    """Map a shared-memory handle; GENERAL_FAILURE for kinds or handles that cannot be mapped (M5)."""
+    try:
+        if handle.name == "ashmem":
+            (fd,) = handle.fds
+            m = mmap.mmap(fd, handle.size, mmap.MAP_SHARED, PROT_READ | PROT_WRITE)
+            return MappedPool(memoryview(m), m)
+        if handle.name == "mmap_fd":
+            (fd,) = handle.fds
+            prot, lo, hi = handle.ints
+            offset = lo | (hi << 32)
+            page = mmap.ALLOCATIONGRANULARITY
+            base = offset - offset % page
+            m = mmap.mmap(fd, handle.size + offset - base, mmap.MAP_SHARED, prot, offset=base)
+            view = memoryview(m)[offset - base:offset - base + handle.size]
+            return MappedPool(view, m, writable=bool(prot & PROT_WRITE))
+    except (ValueError, OSError, TypeError) as e:
+        raise NnError(ErrorStatus.GENERAL_FAILURE, f"could not map {handle.name} pool: {e}") from None
+    raise NnError(ErrorStatus.GENERAL_FAILURE, f"cannot map memory pool of kind {handle.name!r}")
+
+
+def map_pool(pool: MemoryPool) -> MappedPool:
+    """Map a model or request pool: shared memory or an in-process pointer (token pools have no mapping)."""
+    if pool.pointer is not None:
+        mv = memoryview(pool.pointer).cast("B")
+        return MappedPool(mv, pool.pointer, writable=not mv.readonly)
+    if pool.handle is not None:
+        return map_handle(pool.handle)
+    raise NnError(ErrorStatus.INVALID_ARGUMENT, "a driver-managed buffer token cannot be mapped")

@@ -1,0 +1,48 @@
+"""Fused activation functions (NONE, RELU, RELU1, RELU6) for float and quantized outputs."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..hal import FusedActivationFunc, invalid
+
+_FLOAT_RANGES = {
+    FusedActivationFunc.NONE: (None, None),
+    FusedActivationFunc.RELU: (0.0, None),
+    FusedActivationFunc.RELU1: (-1.0, 1.0),
+    FusedActivationFunc.RELU6: (0.0, 6.0),
+}
+
+
+def check_activation(op_name: str, value: int) -> FusedActivationFunc:
+    """The activation code as an enum; INVALID_ARGUMENT naming the operation when out of range."""
+    try:
+        return FusedActivationFunc(value)
+    except ValueError:
+        raise invalid(f"{op_name}: invalid fused activation {value}") from None
+
+
+def apply_float(x: np.ndarray, activation: int) -> np.ndarray:
+    """Clamp a float result by the fused activation."""
+    lo, hi = _FLOAT_RANGES[FusedActivationFunc(activation)]
+    if lo is None and hi is None:
+        return x
+    return np.clip(x, lo, hi)
+
+
+def quant_range(activation: int, scale: float, zero_point: int, dtype: np.dtype) -> tuple[int, int]:
+    """Integer clamp range of a quantized output (Android's CalculateActivationRange{Uint8,Int8})."""
+    info = np.iinfo(dtype)
+    lo, hi = _FLOAT_RANGES[FusedActivationFunc(activation)]
+
+    def q(v: float) -> int:
+        return zero_point + int(round(v / scale))  # Android: static_cast<int32_t>(std::round(v / scale))
+
+    qlo = info.min if lo is None else max(info.min, q(lo))
+    qhi = info.max if hi is None else min(info.max, q(hi))
+    return qlo, qhi
+
+
+def apply_quant(q: np.ndarray, activation: int, scale: float, zero_point: int, dtype: np.dtype) -> np.ndarray:
+    """Clamp integer results into the activation range and the output type; returns `dtype`."""
+    lo, hi = quant_range(activation, scale, zero_point, dtype)
+    return np.clip(q, lo, hi).astype(dtype)

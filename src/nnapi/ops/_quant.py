@@ -1,0 +1,76 @@
+"""Fixed-point quantization helpers (gemmlowp / TFLite semantics, as Android's reference uses).
+
+`quantize_multiplier` turns a real multiplier into a Q31 mantissa and a shift;
+`multiply_by_quantized_multiplier` applies it to int32 accumulators with the same rounding
+as TFLite's MultiplyByQuantizedMultiplier (SaturatingRoundingDoublingHighMul followed by
+RoundingDivideByPOT), vectorised over numpy int64 arrays.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """(quantized_multiplier, shift) with real ≈ multiplier * 2^(shift - 31); shift may be negative."""
+    if real == 0.0:
+        return 0, 0
+    mantissa, shift = math.frexp(real)
+    q = int(round(mantissa * (1 << 31)))
+    if q == (1 << 31):
+        q //= 2
+        shift += 1
+    if shift < -31:
+        return 0, 0
+    return q, shift
+
+
+def saturating_rounding_doubling_high_mul(a: np.ndarray, b: int) -> np.ndarray:
+    """gemmlowp SaturatingRoundingDoublingHighMul for int32 values held in int64 arrays."""
+    a = np.asarray(a, dtype=np.int64)
+    ab = a * np.int64(b)
+    nudge = np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
+    # C++ integer division truncates toward zero.
+    num = ab + nudge
+    res = np.where(num >= 0, num >> 31, -((-num) >> 31))
+    overflow = (a == -(1 << 31)) & (b == -(1 << 31))
+    return np.where(overflow, np.int64((1 << 31) - 1), res)
+
+
+def rounding_divide_by_pot(x: np.ndarray, exponent: int) -> np.ndarray:
+    """gemmlowp RoundingDivideByPOT: divide by 2^exponent, rounding half away from zero."""
+    if exponent <= 0:
+        return np.asarray(x, dtype=np.int64)
+    x = np.asarray(x, dtype=np.int64)
+    mask = np.int64((1 << exponent) - 1)
+    remainder = x & mask
+    threshold = (mask >> 1) + (x < 0).astype(np.int64)
+    return (x >> exponent) + (remainder > threshold).astype(np.int64)
+
+
+def multiply_by_quantized_multiplier(x: np.ndarray, multiplier: int, shift: int) -> np.ndarray:
+    """TFLite MultiplyByQuantizedMultiplier(x, multiplier, shift) over an integer array."""
+    left = shift if shift > 0 else 0
+    right = -shift if shift < 0 else 0
+    x = np.asarray(x, dtype=np.int64) * np.int64(1 << left)
+    x = np.clip(x, -(1 << 31), (1 << 31) - 1)
+    return rounding_divide_by_pot(saturating_rounding_doubling_high_mul(x, multiplier), right)
+
+
+def requantize(acc: np.ndarray, real_multiplier: float, zero_point: int) -> np.ndarray:
+    """Scale int32 accumulators by `real_multiplier` in fixed point and add the output zero point."""
+    m, s = quantize_multiplier(real_multiplier)
+    return multiply_by_quantized_multiplier(acc, m, s) + zero_point
+
+
+def quantize(x: np.ndarray, scale: float, zero_point: int, dtype: np.dtype) -> np.ndarray:
+    """Float values to a quantized type: round half away from zero, add zero point, saturate."""
+    info = np.iinfo(dtype)
+    q = _round_away(np.asarray(x, np.float64) / scale)
+    return np.clip(q + zero_point, info.min, info.max).astype(dtype)
+
+
+def _round_away(x: np.ndarray) -> np.ndarray:
+    """std::round: halves away from zero (numpy's round is half-to-even)."""
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)

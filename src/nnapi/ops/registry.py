@@ -1,0 +1,74 @@
+"""The operation registry: one entry per operation type with its validate / prepare / execute triple.
+
+Drivers look operations up here, never in a switch (Android's OperationResolver).
+- `validate(ctx)` checks counts, types and constant parameters; raises NnError(INVALID_ARGUMENT).
+- `prepare(ctx)` returns the output dimensions from input dimensions and scalar parameters.
+- `execute(ctx)` returns the output values as numpy arrays (the reference kernels).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..hal import OperationType
+from .context import OpContext
+
+ValidateFn = Callable[[OpContext], None]
+PrepareFn = Callable[[OpContext], list[tuple[int, ...]]]
+ExecuteFn = Callable[[OpContext], list[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class OperationRegistration:
+    type: OperationType
+    validate: ValidateFn
+    prepare: PrepareFn
+    execute: ExecuteFn
+    #: Optional inputs may be NO_VALUE (otherwise an omitted operand is invalid).
+    allow_omitted_operand: bool = False
+    #: Inputs may have a 0 dimension (zero-sized tensors).
+    allow_zero_sized_input: bool = False
+
+
+_REGISTRY: dict[OperationType, OperationRegistration] = {}
+
+
+def register(*types: OperationType, validate: ValidateFn, prepare: PrepareFn, execute: ExecuteFn,
+             allow_omitted_operand: bool = False, allow_zero_sized_input: bool = False) -> None:
+    """Register one triple for one or more operation types; a second registration is a bug."""
+    for op_type in types:
+        if op_type in _REGISTRY:
+            raise RuntimeError(f"operation {op_type.name} registered twice")
+        _REGISTRY[op_type] = OperationRegistration(op_type, validate, prepare, execute,
+                                                   allow_omitted_operand, allow_zero_sized_input)
+
+
+def find_operation(op_type: OperationType) -> OperationRegistration | None:
+    """The registration of `op_type`, or None when no module implements it."""
+    _load_all()
+    return _REGISTRY.get(op_type)
+
+
+def registered_operations() -> list[OperationType]:
+    _load_all()
+    return sorted(_REGISTRY)
+
+
+_loaded = False
+
+
+def _load_all() -> None:
+    """Import every operation module once, so each registers itself."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import importlib
+    import pkgutil
+
+    from .. import ops
+    for info in pkgutil.iter_modules(ops.__path__):
+        if info.name not in ("registry", "context", "tensor") and not info.name.startswith("_"):
+            importlib.import_module(f"{ops.__name__}.{info.name}")
