@@ -1,9 +1,15 @@
 """Fused activation functions (NONE, RELU, RELU1, RELU6) for float and quantized outputs."""
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from ..hal import FusedActivationFunc, invalid
+
+if TYPE_CHECKING:
+    from .context import OpContext
 
 _FLOAT_RANGES = {
     FusedActivationFunc.NONE: (None, None),
@@ -35,7 +41,8 @@ def quant_range(activation: int, scale: float, zero_point: int, dtype: np.dtype)
     lo, hi = _FLOAT_RANGES[FusedActivationFunc(activation)]
 
     def q(v: float) -> int:
-        return zero_point + int(round(v / scale))  # Android: static_cast<int32_t>(std::round(v / scale))
+        r = float(np.float32(v) / np.float32(scale))  # Android: std::round(v / scale) in float
+        return zero_point + int(math.copysign(math.floor(abs(r) + 0.5), r))
 
     qlo = info.min if lo is None else max(info.min, q(lo))
     qhi = info.max if hi is None else min(info.max, q(hi))
@@ -46,3 +53,13 @@ def apply_quant(q: np.ndarray, activation: int, scale: float, zero_point: int, d
     """Clamp integer results into the activation range and the output type; returns `dtype`."""
     lo, hi = quant_range(activation, scale, zero_point, dtype)
     return np.clip(q, lo, hi).astype(dtype)
+
+
+def constant_activation(ctx: OpContext, index: int) -> FusedActivationFunc | None:
+    """The fused activation code at input `index`, checked; None while it is not a constant."""
+    from .context import UnknownValue  # local: keeps this module importable without the context
+    try:
+        value = ctx.scalar(index)
+    except UnknownValue:
+        return None
+    return check_activation(ctx.op.name, value)

@@ -17,7 +17,7 @@ def quantize_multiplier(real: float) -> tuple[int, int]:
     if real == 0.0:
         return 0, 0
     mantissa, shift = math.frexp(real)
-    q = int(round(mantissa * (1 << 31)))
+    q = int(math.floor(mantissa * (1 << 31) + 0.5))  # std::round; mantissa > 0
     if q == (1 << 31):
         q //= 2
         shift += 1
@@ -74,3 +74,39 @@ def quantize(x: np.ndarray, scale: float, zero_point: int, dtype: np.dtype) -> n
 def _round_away(x: np.ndarray) -> np.ndarray:
     """std::round: halves away from zero (numpy's round is half-to-even)."""
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def as_float32(x: float) -> float:
+    """`x` rounded to binary32: NNAPI scales are C++ floats, so scale arithmetic starts from them."""
+    return float(np.float32(x))
+
+
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """std::round over an array (halves away from zero), keeping the input's float type."""
+    return _round_away(x)
+
+
+def quantize_float32(x: np.ndarray, scale: float, zero_point: int, dtype: np.dtype) -> np.ndarray:
+    """Android's QUANTIZE formula in single precision: clamp(zp + round(x / scale)) into `dtype`."""
+    info = np.iinfo(dtype)
+    q = _round_away(np.asarray(x, np.float32) / np.float32(scale)) + np.float32(zero_point)
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def requantize_per_channel(acc: np.ndarray, real_multipliers: np.ndarray, zero_point: int) -> np.ndarray:
+    """`requantize` with one real multiplier per channel along the last axis of `acc`
+    (per-channel quantized filters), each applied like TFLite MultiplyByQuantizedMultiplier."""
+    pairs = [quantize_multiplier(float(m)) for m in np.asarray(real_multipliers, np.float64).reshape(-1)]
+    mult = np.array([p[0] for p in pairs], np.int64)
+    shift = np.array([p[1] for p in pairs], np.int64)
+    left, right = np.maximum(shift, 0), np.maximum(-shift, 0)
+    x = np.clip(np.asarray(acc, np.int64) << left, -(1 << 31), (1 << 31) - 1)
+    # SaturatingRoundingDoublingHighMul (C++ division truncates toward zero).
+    ab = x * mult
+    num = ab + np.where(ab >= 0, np.int64(1 << 30), np.int64(1 - (1 << 30)))
+    high = np.where(num >= 0, num >> 31, -((-num) >> 31))
+    high = np.where((x == -(1 << 31)) & (mult == -(1 << 31)), np.int64((1 << 31) - 1), high)
+    # RoundingDivideByPOT: halves away from zero.
+    mask = (np.int64(1) << right) - 1
+    threshold = (mask >> 1) + (high < 0)
+    return (high >> right) + ((high & mask) > threshold) + zero_point
