@@ -1,0 +1,17 @@
+"""nnapi: the Android Neural Networks API stack in Python.
+
+The public API is the app-facing runtime (`Model`, `Compilation`, `Execution`, `Memory`,
+`devices`); `nnapi.hal` is the driver contract and `nnapi.drivers.*` the drivers behind it.
+"""
+from ._version import __version__
+from .hal import (DeviceType, ErrorStatus, ExecutionPreference, FusedActivationFunc, NnError, OperandType,
+                  OperationType, OutputShape, PaddingScheme, Priority, ResultCode, Timing)
+from .runtime import (CacheOutcome, Compilation, Device, Event, Execution, Memory, Model, devices,
+                      model_token, register_device)
+
+__all__ = [
+    "__version__", "Model", "Compilation", "Execution", "Event", "Memory", "Device", "devices",
+    "register_device", "model_token", "CacheOutcome", "NnError", "ErrorStatus", "ResultCode", "OperandType",
+    "OperationType", "OutputShape", "Priority", "ExecutionPreference", "DeviceType", "FusedActivationFunc",
+    "PaddingScheme", "Timing",
+]

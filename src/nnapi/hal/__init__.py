@@ -5,7 +5,7 @@ from .constants import (BYTE_SIZE_OF_CACHE_TOKEN, LOOP_TIMEOUT_DEFAULT_NS, LOOP_
 from .enums import (DeviceType, ErrorStatus, ExecutionPreference, FusedActivationFunc, HalVersion,
                     MeasureTiming, OperandLifeTime, OperandType, OperationType, PaddingScheme, Priority,
                     ResultCode)
-from .errors import NnError, invalid
+from .errors import NnError, invalid, result_code_for, status_for
 from .interfaces import (ExecutionCallback, IBuffer, IDevice, IFencedExecutionCallback, IPreparedModel)
 from .types import (BufferDesc, BufferRole, CacheHandles, Capabilities, DataLocation, DeviceInfo,
                     MemoryHandle, MemoryPool, Model, Operand, OperandPerformance, Operation, OutputShape,

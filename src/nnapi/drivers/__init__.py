@@ -1,0 +1,1 @@
+"""Drivers shipped with nnapi; each registers in the `nnapi.drivers` entry-point group."""

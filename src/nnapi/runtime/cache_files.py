@@ -1,0 +1,87 @@
+"""Per-partition cache tokens and cache-file names (Android's TokenHasher and getCacheHandles).
+
+The device token hashes the app token, the partition's operation indexes (compound plans),
+the device name and version, preference and priority, and a fingerprint of the partition's
+content, so an app that reuses a token for a changed model gets a miss, never a stale hit.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import struct
+from dataclasses import dataclass
+
+from .. import hal
+from ..hal import BYTE_SIZE_OF_CACHE_TOKEN, CacheHandles
+
+
+@dataclass(frozen=True)
+class CacheOutcome:
+    """What happened to one partition's cache: `hit`, `miss`, `disabled` or `rejected`, and why."""
+
+    device: str
+    outcome: str
+    reason: str = ""
+
+
+def content_fingerprint(model: hal.Model) -> bytes:
+    """A hash of the partition's structure and constant values (not of pool handles)."""
+    from ..hal.serialize import model_to_bytes
+    h = hashlib.blake2b(digest_size=16)
+    stripped = hal.Model(model.main, model.referenced, model.operand_values, [],
+                         model.relax_computation_float32_to_float16)
+    h.update(model_to_bytes(stripped))
+    from ..memory import map_pool
+    for pool in model.pools:
+        h.update(map_pool(pool).buffer)
+    return h.digest()
+
+
+def device_token(app_token: bytes, operations: list[int] | None, device_name: str, device_version: str,
+                 preference: int, priority: int, fingerprint: bytes) -> bytes:
+    """The 32-byte token the driver sees for one partition."""
+    h = hashlib.sha256(app_token)
+    for index in operations or ():
+        h.update(struct.pack("<Ii", 0, index))
+    h.update(device_name.encode())
+    h.update(device_version.encode())
+    h.update(struct.pack("<ii", int(preference), int(priority)))
+    h.update(fingerprint)
+    digest = h.digest()
+    assert len(digest) == BYTE_SIZE_OF_CACHE_TOKEN
+    return digest
+
+
+def base_name(token: bytes) -> str:
+    """64 letters A-P, low nibble first, as Android names cache files."""
+    return "".join(chr(ord("A") + (b & 0xF)) + chr(ord("A") + (b >> 4)) for b in token)
+
+
+def cache_paths(cache_dir: str, token: bytes, counts: tuple[int, int]) -> tuple[list[str], list[str]]:
+    base = os.path.join(cache_dir, base_name(token))
+    return ([f"{base}1{i}" for i in range(counts[0])], [f"{base}2{i}" for i in range(counts[1])])
+
+
+def open_cache_files(paths: tuple[list[str], list[str]], create: bool) -> CacheHandles | None:
+    """Open every cache file read-write (C8); None if any is missing (hit path) or cannot be created."""
+    flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    fds: list[int] = []
+    try:
+        for path in (*paths[0], *paths[1]):
+            fds.append(os.open(path, flags, 0o600))
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        return None
+    n = len(paths[0])
+    return CacheHandles(tuple(fds[:n]), tuple(fds[n:]))
+
+
+def close_cache_files(handles: CacheHandles | None) -> None:
+    if handles is None:
+        return
+    for fd in (*handles.model_cache, *handles.data_cache):
+        try:
+            os.close(fd)
+        except OSError:
+            pass

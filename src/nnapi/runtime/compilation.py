@@ -1,0 +1,153 @@
+"""`Compilation`: partition a finished model over devices and prepare each partition (with caching)."""
+from __future__ import annotations
+
+import os
+import time
+from typing import Sequence
+
+import numpy as np
+
+from ..hal import (BYTE_SIZE_OF_CACHE_TOKEN, ExecutionPreference, NnError, Priority, ResultCode)
+from .cache_files import (CacheOutcome, cache_paths, close_cache_files, content_fingerprint, device_token,
+                          open_cache_files)
+from .devices import Device, devices as all_devices, find_device
+from .model import Model
+from .partitioner import Step, partition
+
+_NDK_PRIORITY = {90: Priority.LOW, 100: Priority.MEDIUM, 110: Priority.HIGH}
+
+
+def _priority(value) -> Priority:
+    if isinstance(value, Priority):
+        return value
+    if value in _NDK_PRIORITY:
+        return _NDK_PRIORITY[value]
+    raise NnError(ResultCode.BAD_DATA, f"Compilation: invalid priority {value!r} (LOW, MEDIUM, HIGH or 90/100/110)")
+
+
+class Compilation:
+    """A model compiled for a set of devices. Settings are fixed at `finish`, where compile errors surface."""
+
+    def __init__(self, model: Model, devices: Sequence[Device | str] | None = None,
+                 preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                 priority: Priority | int = Priority.MEDIUM, cache_dir: str | os.PathLike | None = None,
+                 token: bytes | None = None, timeout: float | None = None) -> None:
+        if not isinstance(model, Model) or not model.finished:
+            raise NnError(ResultCode.BAD_STATE, "Compilation: the model must be finished")
+        self.model = model
+        self._explicit = devices is not None
+        if devices is None:
+            self._devices = all_devices()
+        else:
+            self._devices = [find_device(d) if isinstance(d, str) else d for d in devices]
+            if not self._devices or len({d.name for d in self._devices}) != len(self._devices):
+                raise NnError(ResultCode.BAD_DATA, "Compilation: devices must be a non-empty list without duplicates")
+        self._finished = False
+        self.steps: list[Step] = []
+        self.cache_outcomes: list[CacheOutcome] = []
+        self.prepare_time_s: float | None = None
+        self.set_preference(preference)
+        self.set_priority(priority)
+        self.set_caching(cache_dir, token)
+        self.set_timeout(timeout)
+
+    # --- settings -----------------------------------------------------------------------------
+    def _check_open(self, what: str) -> None:
+        if self._finished:
+            raise NnError(ResultCode.BAD_STATE, f"Compilation.{what}: the compilation is already finished")
+
+    def set_preference(self, preference: ExecutionPreference | int) -> None:
+        self._check_open("set_preference")
+        try:
+            self.preference = ExecutionPreference(preference)
+        except ValueError:
+            raise NnError(ResultCode.BAD_DATA, f"Compilation: invalid preference {preference!r}") from None
+
+    def set_priority(self, priority: Priority | int) -> None:
+        self._check_open("set_priority")
+        self.priority = _priority(priority)
+
+    def set_caching(self, cache_dir: str | os.PathLike | None, token: bytes | None) -> None:
+        self._check_open("set_caching")
+        if (cache_dir is None) != (token is None):
+            raise NnError(ResultCode.BAD_DATA, "Compilation: cache_dir and token go together")
+        if token is not None and (not isinstance(token, (bytes, bytearray)) or len(token) != BYTE_SIZE_OF_CACHE_TOKEN):
+            raise NnError(ResultCode.BAD_DATA, f"Compilation: token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes")
+        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self.token = None if token is None else bytes(token)
+
+    def set_timeout(self, timeout: float | None) -> None:
+        """Compile timeout in seconds (None or 0: none)."""
+        self._check_open("set_timeout")
+        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
+            raise NnError(ResultCode.BAD_DATA, f"Compilation: invalid timeout {timeout!r}")
+        self.timeout = timeout or None
+
+    # --- finish -------------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    def finish(self) -> "Compilation":
+        self._check_open("finish")
+        start = time.perf_counter()
+        deadline = None if self.timeout is None else time.monotonic_ns() + int(self.timeout * 1e9)
+        hal_model = self.model.to_hal()
+        try:
+            self.steps = partition(self._devices, hal_model, self.preference)
+            for step in self.steps:
+                self._prepare(step, deadline, compound=len(self.steps) > 1)
+        except NnError as e:
+            reference = next((d for d in all_devices() if d.name == "reference"), None)
+            fallback = (not self._explicit and e.code not in (ResultCode.BAD_DATA, ResultCode.UNEXPECTED_NULL)
+                        and reference is not None and e.status.name.startswith(("GENERAL", "DEVICE")))
+            if not fallback:
+                raise
+            from .partitioner import Step as _Step
+            main = hal_model.main
+            self.steps = [_Step(reference, hal_model, list(range(len(main.operations))), list(main.input_indexes),
+                                list(main.output_indexes))]
+            self.cache_outcomes = []
+            self._prepare(self.steps[0], deadline, compound=False)
+        self.cache_outcomes = [s.cache for s in self.steps]
+        self.prepare_time_s = time.perf_counter() - start
+        self._finished = True
+        return self
+
+    def _prepare(self, step: Step, deadline: int | None, compound: bool) -> None:
+        device = step.device
+        driver = device.driver
+        if self.token is None or not device.supports_caching:
+            step.cache = CacheOutcome(device.name, "disabled", "no cache directory" if self.token is None
+                                      else f"{device.name} does not cache")
+            step.prepared = driver.prepare_model(step.model, self.preference, self.priority, deadline, None, None)
+            return
+        token = device_token(self.token, step.operations if compound else None, device.name, device.version,
+                             self.preference, self.priority, content_fingerprint(step.model))
+        paths = cache_paths(self.cache_dir, token, device.cache_files)
+        handles = open_cache_files(paths, create=False)
+        reason = "cache files missing"
+        if handles is not None:
+            try:
+                step.prepared = driver.prepare_model_from_cache(deadline, handles, token)
+                step.cache = CacheOutcome(device.name, "hit")
+                return
+            except NnError as e:
+                reason = f"rejected by {device.name}: {e.message}"
+            finally:
+                close_cache_files(handles)
+        handles = open_cache_files(paths, create=True)
+        try:
+            step.prepared = driver.prepare_model(step.model, self.preference, self.priority, deadline, handles,
+                                                 token if handles is not None else None)
+        finally:
+            close_cache_files(handles)
+        outcome = "rejected" if reason.startswith("rejected") else "miss"
+        step.cache = CacheOutcome(device.name, outcome, reason if handles is not None
+                                  else f"{reason}; cache files could not be created")
+
+    # --- convenience ----------------------------------------------------------------------------
+    def execute(self, inputs: Sequence[np.ndarray | None], timeout: float | None = None) -> list[np.ndarray]:
+        """Run once on numpy inputs and return the outputs (sized from the model, grown if needed)."""
+        from .execution import Execution
+        return Execution(self).run(inputs, timeout=timeout)

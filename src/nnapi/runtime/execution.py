@@ -1,0 +1,380 @@
+"""`Execution` and `Event`: bind inputs and outputs, run the compiled plan step by step.
+
+Numpy arguments are handed to in-process drivers in place (pointer pools, no copy); `Memory`
+arguments are referenced as shared-memory pools. Temporaries between steps are numpy arrays
+passed the same way. Unknown output sizes come back in `OutputShape`s; a too-small output buffer
+gives OUTPUT_INSUFFICIENT_SIZE and `get_output_shape` tells the size needed.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from .. import hal
+from ..hal import (DataLocation, ErrorStatus, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, MeasureTiming,
+                   MemoryPool, NnError, OutputShape, Request, RequestArgument, ResultCode, Timing)
+from ..ops import numpy_dtype
+from .compilation import Compilation
+from .memory import Memory
+from .partitioner import Step
+
+_MAX_RETRIES = 4
+
+
+@dataclass
+class _Arg:
+    """One bound input or output: a numpy array, a Memory region, or omitted (None)."""
+
+    array: np.ndarray | None = None
+    memory: Memory | None = None
+    offset: int = 0
+    length: int = 0
+    dims: tuple[int, ...] = ()
+    omitted: bool = False
+
+
+class Event:
+    """Completion of an asynchronous execution; `wait` returns or raises the execution's NnError."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._error: NnError | None = None
+
+    def _finish(self, error: NnError | None) -> None:
+        self._error = error
+        self._done.set()
+
+    def is_done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        if not self._done.wait(timeout):
+            raise TimeoutError("execution still running")
+        if self._error is not None:
+            raise self._error
+
+
+class Execution:
+    """One run of a compilation. Arguments are set once; an execution runs once."""
+
+    def __init__(self, compilation: Compilation) -> None:
+        if not isinstance(compilation, Compilation) or not compilation.finished:
+            raise NnError(ResultCode.BAD_STATE, "Execution: the compilation must be finished")
+        self.compilation = compilation
+        main = compilation.model.to_hal().main
+        self._main = main
+        self._inputs: list[_Arg | None] = [None] * len(main.input_indexes)
+        self._outputs: list[_Arg | None] = [None] * len(main.output_indexes)
+        self._measure = False
+        self._timeout_ns: int | None = None
+        self._loop_timeout_ns = LOOP_TIMEOUT_DEFAULT_NS
+        self._started = False
+        self._state = "preparation"  # -> "computing" -> "completed"
+        self._output_shapes: list[OutputShape] | None = None
+        self._result: NnError | None = None
+        self._timing = Timing()
+
+    # --- binding --------------------------------------------------------------------------------
+    def _check_settable(self, what: str) -> None:
+        if self._started:
+            raise NnError(ResultCode.BAD_STATE, f"Execution.{what}: the execution has already started")
+
+    def _operand(self, io: str, index: int) -> hal.Operand:
+        indexes = self._main.input_indexes if io == "input" else self._main.output_indexes
+        if not isinstance(index, (int, np.integer)) or not 0 <= index < len(indexes):
+            raise NnError(ResultCode.BAD_DATA, f"Execution: {io} index {index} out of range ({len(indexes)} {io}s)")
+        return self._main.operands[indexes[index]]
+
+    def _bind(self, io: str, index: int, arg: _Arg) -> None:
+        slots = self._inputs if io == "input" else self._outputs
+        if slots[index] is not None:
+            raise NnError(ResultCode.BAD_STATE, f"Execution: {io} {index} is already set")
+        slots[index] = arg
+
+    def _dims(self, io: str, index: int, operand: hal.Operand, dims: Sequence[int] | None,
+              fallback: tuple[int, ...]) -> tuple[int, ...]:
+        """Dimensions of an argument: refine only the operand's unknown dimensions (BAD_DATA otherwise)."""
+        if operand.type.is_scalar:
+            return ()
+        if dims is None:
+            if operand.is_fully_specified:
+                return operand.dimensions
+            dims = fallback
+        dims = tuple(int(d) for d in dims)
+        if operand.dimensions and (len(dims) != len(operand.dimensions) or any(
+                o and d != o for d, o in zip(dims, operand.dimensions))):
+            raise NnError(ResultCode.BAD_DATA, f"Execution: {io} {index} dimensions {dims} do not match the "
+                                               f"operand's {operand.dimensions}")
+        return dims
+
+    def set_input(self, index: int, value: np.ndarray | None, dimensions: Sequence[int] | None = None) -> None:
+        """Bind input `index` to a numpy array (used in place when its dtype matches), or None for no value."""
+        self._check_settable("set_input")
+        operand = self._operand("input", index)
+        if value is None:
+            self._bind("input", index, _Arg(omitted=True))
+            return
+        arr = np.ascontiguousarray(value, dtype=numpy_dtype(operand.type))
+        dims = self._dims("input", index, operand, dimensions, tuple(arr.shape))
+        need = operand.byte_size(dims)
+        if arr.nbytes != need:
+            raise NnError(ResultCode.BAD_DATA, f"Execution.set_input: input {index} has {arr.nbytes} bytes, the "
+                                               f"operand needs {need} for shape {dims}")
+        self._bind("input", index, _Arg(array=arr, dims=dims, length=need))
+
+    def set_output(self, index: int, buffer: np.ndarray, dimensions: Sequence[int] | None = None) -> None:
+        """Bind output `index` to a writable, contiguous numpy array of the operand's dtype."""
+        self._check_settable("set_output")
+        operand = self._operand("output", index)
+        if not isinstance(buffer, np.ndarray) or not buffer.flags.c_contiguous or not buffer.flags.writeable:
+            raise NnError(ResultCode.BAD_DATA, f"Execution.set_output: output {index} needs a writable contiguous "
+                                               "numpy array")
+        if buffer.dtype != numpy_dtype(operand.type):
+            raise NnError(ResultCode.BAD_DATA, f"Execution.set_output: output {index} has dtype {buffer.dtype}, "
+                                               f"the operand is {operand.type.name}")
+        dims = self._dims("output", index, operand, dimensions, tuple(0 for _ in operand.dimensions))
+        if operand.is_fully_specified and buffer.nbytes != operand.byte_size():
+            raise NnError(ResultCode.BAD_DATA, f"Execution.set_output: output {index} has {buffer.nbytes} bytes, "
+                                               f"the operand needs {operand.byte_size()}")
+        self._bind("output", index, _Arg(array=buffer, dims=dims if all(dims) else (), length=buffer.nbytes))
+
+    def _set_from_memory(self, io: str, index: int, memory: Memory, offset: int, length: int,
+                         dimensions: Sequence[int] | None) -> None:
+        self._check_settable(f"set_{io}_from_memory")
+        operand = self._operand(io, index)
+        if not isinstance(memory, Memory):
+            raise NnError(ResultCode.UNEXPECTED_NULL, f"Execution: {io} {index} memory is not a Memory")
+        if offset == 0 and length == 0:
+            length = memory.size - offset
+        memory.check_region(offset, length, f"Execution.set_{io}_from_memory {io} {index}")
+        dims = self._dims(io, index, operand, dimensions, tuple(0 for _ in operand.dimensions))
+        if (io == "input" or operand.is_fully_specified) and all(dims) and length != operand.byte_size(dims):
+            raise NnError(ResultCode.BAD_DATA, f"Execution.set_{io}_from_memory: {io} {index} length {length} "
+                                               f"does not match {operand.byte_size(dims)} bytes")
+        self._bind(io, index, _Arg(memory=memory, offset=offset, length=length, dims=dims if all(dims) else ()))
+
+    def set_input_from_memory(self, index: int, memory: Memory, offset: int, length: int,
+                              dimensions: Sequence[int] | None = None) -> None:
+        self._set_from_memory("input", index, memory, offset, length, dimensions)
+
+    def set_output_from_memory(self, index: int, memory: Memory, offset: int, length: int,
+                               dimensions: Sequence[int] | None = None) -> None:
+        self._set_from_memory("output", index, memory, offset, length, dimensions)
+
+    def set_measure_timing(self, measure: bool) -> None:
+        self._check_settable("set_measure_timing")
+        self._measure = bool(measure)
+
+    def set_timeout(self, seconds: float | None) -> None:
+        """Execution timeout in seconds (None or 0: none)."""
+        self._check_settable("set_timeout")
+        if seconds is not None and seconds < 0:
+            raise NnError(ResultCode.BAD_DATA, f"Execution.set_timeout: negative timeout {seconds}")
+        self._timeout_ns = int(seconds * 1e9) if seconds else None
+
+    def set_loop_timeout(self, seconds: float) -> None:
+        """Timeout of each WHILE loop; default 2 s, values above 15 s are clamped to 15 s."""
+        self._check_settable("set_loop_timeout")
+        if seconds < 0:
+            raise NnError(ResultCode.BAD_DATA, f"Execution.set_loop_timeout: negative timeout {seconds}")
+        self._loop_timeout_ns = min(int(seconds * 1e9), LOOP_TIMEOUT_MAXIMUM_NS)
+
+    # --- running ----------------------------------------------------------------------------------
+    def compute(self) -> None:
+        """Run synchronously; raises NnError on failure."""
+        self._start("compute")
+        self._finish(self._guarded_run())
+        if self._result is not None:
+            raise self._result
+
+    def start_compute(self) -> Event:
+        """Run asynchronously; the returned Event's `wait` reports the outcome."""
+        self._start("start_compute")
+        event = Event()
+
+        def work() -> None:
+            self._finish(self._guarded_run())
+            event._finish(self._result)
+
+        threading.Thread(target=work, daemon=True, name="nnapi-execution").start()
+        return event
+
+    def _start(self, what: str) -> None:
+        if self._started:
+            raise NnError(ResultCode.BAD_STATE, f"Execution.{what}: the execution has already started")
+        for io, slots in (("input", self._inputs), ("output", self._outputs)):
+            for k, arg in enumerate(slots):
+                if arg is None:
+                    raise NnError(ResultCode.BAD_DATA, f"Execution.{what}: {io} {k} is not set")
+        self._started = True
+        self._state = "computing"
+
+    def _finish(self, error: NnError | None) -> None:
+        self._result = error
+        self._state = "completed"
+
+    def _guarded_run(self) -> NnError | None:
+        try:
+            self._run_plan()
+            return None
+        except NnError as e:
+            return e
+        except Exception as e:  # never let a driver bug escape as anything but NnError
+            return NnError(ErrorStatus.GENERAL_FAILURE, f"execution failed: {type(e).__name__}: {e}")
+
+    def _run_plan(self) -> None:
+        deadline = None if self._timeout_ns is None else time.monotonic_ns() + self._timeout_ns
+        steps = self.compilation.steps
+        main_in = {o: k for k, o in enumerate(self._main.input_indexes)}
+        main_out = {o: k for k, o in enumerate(self._main.output_indexes)}
+        temps: dict[int, np.ndarray] = {}
+        shapes: list[OutputShape | None] = [None] * len(self._outputs)
+        for step in steps:
+            self._run_step(step, main_in, main_out, temps, shapes, deadline)
+        self._output_shapes = [s if s is not None else OutputShape(()) for s in shapes]
+
+    def _run_step(self, step: Step, main_in, main_out, temps, shapes, deadline) -> None:
+        operands = self._main.operands
+        for attempt in range(_MAX_RETRIES):
+            pools: list[MemoryPool] = []
+            pool_of: dict[int, int] = {}
+
+            def pool_index(key: object, pool: MemoryPool) -> int:
+                if id(key) not in pool_of:
+                    pool_of[id(key)] = len(pools)
+                    pools.append(pool)
+                return pool_of[id(key)]
+
+            def argument(arg: _Arg) -> RequestArgument:
+                if arg.omitted:
+                    return RequestArgument(has_no_value=True)
+                if arg.memory is not None:
+                    p = pool_index(arg.memory, arg.memory.pool)
+                    return RequestArgument(False, DataLocation(p, arg.offset, arg.length), arg.dims)
+                flat = arg.array.reshape(-1)
+                p = pool_index(arg.array, MemoryPool(pointer=flat))
+                return RequestArgument(False, DataLocation(p, 0, arg.length), arg.dims)
+
+            def temp_arg(o: int) -> _Arg:
+                a = temps[o]
+                return _Arg(array=a, length=a.nbytes, dims=tuple(a.shape))
+
+            req_inputs = []
+            for o in step.inputs:
+                if o in main_in:
+                    req_inputs.append(argument(self._inputs[main_in[o]]))
+                elif o in main_out:
+                    arg = self._outputs[main_out[o]]
+                    shape = shapes[main_out[o]].dimensions
+                    req_inputs.append(argument(_Arg(arg.array, arg.memory, arg.offset,
+                                                    operands[o].byte_size(shape), shape)))
+                else:
+                    req_inputs.append(argument(temp_arg(o)))
+            req_outputs = []
+            for o in step.outputs:
+                if o in main_out:
+                    req_outputs.append(argument(self._outputs[main_out[o]]))
+                else:
+                    if o not in temps:
+                        operand = operands[o]
+                        dims = operand.dimensions if operand.is_fully_specified else ()
+                        size = max(operand.byte_size(dims), 1) if dims or operand.type.is_scalar else 1
+                        temps[o] = np.zeros(size // numpy_dtype(operand.type).itemsize or 1,
+                                            numpy_dtype(operand.type))
+                    a = temps[o]
+                    req_outputs.append(argument(_Arg(array=a, length=a.nbytes)))
+            request = Request(req_inputs, req_outputs, pools)
+            measure = MeasureTiming.YES if self._measure else MeasureTiming.NO
+            try:
+                out_shapes, timing = step.prepared.execute_synchronously(request, measure, deadline,
+                                                                         self._loop_timeout_ns)
+            except NnError as e:
+                if e.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or not e.output_shapes:
+                    raise
+                grow = False
+                for o, s in zip(step.outputs, e.output_shapes):
+                    if o in main_out:
+                        shapes[main_out[o]] = s
+                    elif not s.is_sufficient:
+                        dt = numpy_dtype(operands[o].type)
+                        temps[o] = np.zeros(max(math.prod(s.dimensions), 1), dt)
+                        grow = True
+                if any(o in main_out and not s.is_sufficient for o, s in zip(step.outputs, e.output_shapes)):
+                    self._output_shapes = [s if s is not None else OutputShape(()) for s in shapes]
+                    raise
+                if not grow:
+                    raise
+                continue
+            self._timing = timing
+            for k, o in enumerate(step.outputs):
+                dims = out_shapes[k].dimensions if out_shapes else operands[o].dimensions
+                if o in main_out:
+                    shapes[main_out[o]] = OutputShape(tuple(dims), True)
+                else:
+                    n = math.prod(dims)
+                    temps[o] = temps[o].reshape(-1)[:n].reshape(dims) if not operands[o].type.is_scalar \
+                        else temps[o].reshape(-1)[:1].reshape(())
+            return
+        raise NnError(ErrorStatus.GENERAL_FAILURE, "step outputs kept growing; giving up")
+
+    # --- results ------------------------------------------------------------------------------------
+    def get_output_shape(self, index: int) -> tuple[int, ...]:
+        """Dimensions of output `index` after a run (also after OUTPUT_INSUFFICIENT_SIZE)."""
+        self._operand("output", index)
+        if self._state != "completed" or self._output_shapes is None or (
+                self._result is not None and self._result.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE):
+            raise NnError(ResultCode.BAD_STATE, "Execution.get_output_shape: no successful run to report on")
+        return tuple(self._output_shapes[index].dimensions)
+
+    @property
+    def output_shapes(self) -> list[OutputShape] | None:
+        return self._output_shapes
+
+    def get_duration(self) -> Timing:
+        """Timing of the last step in microseconds (NO_TIMING when not measured)."""
+        if not self._measure or self._state != "completed":
+            raise NnError(ResultCode.BAD_STATE, "Execution.get_duration: timing was not measured")
+        return self._timing
+
+    # --- convenience ----------------------------------------------------------------------------------
+    def run(self, inputs: Sequence[np.ndarray | None], timeout: float | None = None) -> list[np.ndarray]:
+        """Bind `inputs`, allocate outputs (growing unknown ones as the driver reports), compute, return outputs."""
+        if len(inputs) != len(self._inputs):
+            raise NnError(ResultCode.BAD_DATA, f"Execution.run: {len(inputs)} inputs given, the model has "
+                                               f"{len(self._inputs)}")
+        sizes = []
+        for k, index in enumerate(self._main.output_indexes):
+            operand = self._main.operands[index]
+            sizes.append(operand.dimensions if operand.is_fully_specified else None)
+        for _ in range(_MAX_RETRIES):
+            ex = Execution(self.compilation)
+            if timeout:
+                ex.set_timeout(timeout)
+            for k, x in enumerate(inputs):
+                ex.set_input(k, x)
+            outs = []
+            for k, index in enumerate(self._main.output_indexes):
+                operand = self._main.operands[index]
+                dt = numpy_dtype(operand.type)
+                shape = () if operand.type.is_scalar else (sizes[k] if sizes[k] is not None else (1,))
+                buf = np.zeros(max(math.prod(shape), 1) if shape else 1, dt)
+                outs.append(buf)
+                ex.set_output(k, buf)
+            try:
+                ex.compute()
+            except NnError as e:
+                if e.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or ex._output_shapes is None:
+                    raise
+                sizes = [s.dimensions for s in ex._output_shapes]
+                continue
+            result = []
+            for k, buf in enumerate(outs):
+                dims = ex.get_output_shape(k)
+                result.append(buf[:math.prod(dims)].reshape(dims) if dims else buf[:1].reshape(()))
+            return result
+        raise NnError(ErrorStatus.GENERAL_FAILURE, "Execution.run: output sizes kept growing")

@@ -1,0 +1,105 @@
+"""Request validation against a model (Android's validateRequest; VTS-BEHAVIOURS 2.2 and 5.2)."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..hal import DataLocation, MemoryPool, Model, NnError, Operand, OperandType, Request, RequestArgument, invalid
+from .operands import byte_size, is_scalar_type
+from .pools import check_pool, is_int
+
+
+def validate_request(request: Request, model: Model, *, allow_unspecified_output: bool = True) -> None:
+    """Raise NnError(INVALID_ARGUMENT) naming the request argument or pool at fault.
+
+    `model` must already be valid. `allow_unspecified_output=False` is for fenced executions,
+    whose outputs must be fully specified.
+    """
+    try:
+        _validate(request, model, allow_unspecified_output)
+    except NnError:
+        raise
+    except Exception as e:  # malformed plain data must never crash a driver
+        raise invalid(f"malformed request: {type(e).__name__}: {e}") from None
+
+
+def _validate(request: Request, model: Model, allow_unspecified_output: bool) -> None:
+    if not isinstance(request, Request):
+        raise invalid(f"expected a Request, got {type(request).__name__}")
+    for field in ("inputs", "outputs", "pools"):
+        if not isinstance(getattr(request, field), (list, tuple)):
+            raise invalid(f"request {field} must be a list")
+    sizes = [check_pool(pool, f"request pool {i}", request=True) for i, pool in enumerate(request.pools)]
+    main = model.main
+    for kind, args, indexes in (("input", request.inputs, main.input_indexes),
+                                ("output", request.outputs, main.output_indexes)):
+        if len(args) != len(indexes):
+            raise invalid(f"request has {len(args)} {kind}s but the model has {len(indexes)}")
+        for k, (arg, index) in enumerate(zip(args, indexes)):
+            _check_argument(f"request {kind} {k}", arg, main.operands[index], index, request.pools, sizes,
+                            output=kind == "output", allow_unspecified=allow_unspecified_output)
+
+
+def _check_argument(label: str, arg: Any, operand: Operand, index: int, pools: Sequence[MemoryPool],
+                    sizes: Sequence[int], *, output: bool, allow_unspecified: bool) -> None:
+    if not isinstance(arg, RequestArgument):
+        raise invalid(f"{label}: expected a RequestArgument, got {type(arg).__name__}")
+    loc, dims = arg.location, arg.dimensions
+    if not isinstance(loc, DataLocation):
+        raise invalid(f"{label}: location must be a DataLocation")
+    pool, offset, length = loc.pool_index, loc.offset, loc.length
+    if not all(is_int(v) and v >= 0 for v in (pool, offset, length)):
+        raise invalid(f"{label}: location fields must be non-negative integers, got "
+                      f"(pool {pool!r}, offset {offset!r}, length {length!r})")
+    if not isinstance(dims, (tuple, list)) or not all(is_int(d) and 0 <= d < 2**32 for d in dims):
+        raise invalid(f"{label}: dimensions must be 32-bit unsigned integers, got {dims!r}")
+    dims = tuple(int(d) for d in dims)
+    if arg.has_no_value:
+        if pool or offset or length:
+            raise invalid(f"{label}: has_no_value but the location is not empty "
+                          f"(pool {pool}, offset {offset}, length {length})")
+        if dims:
+            raise invalid(f"{label}: has_no_value but dimensions {list(dims)} are given")
+        return
+    if pool >= len(sizes):
+        raise invalid(f"{label}: pool_index {pool} out of range ({len(sizes)} pools)")
+    if offset + length > sizes[pool]:  # Python ints: no 64-bit wrap-around
+        raise invalid(f"{label}: region [{offset}, {offset + length}) is outside pool {pool} ({sizes[pool]} bytes)")
+    if output and pools[pool].pointer is not None and memoryview(pools[pool].pointer).readonly:
+        raise invalid(f"{label}: pool {pool} is a read-only buffer and cannot receive an output")
+    combined = _check_dimensions(label, OperandType(operand.type), tuple(operand.dimensions), dims, index,
+                                 output=output, allow_unspecified=allow_unspecified)
+    op_type = OperandType(operand.type)
+    expected = byte_size(op_type, combined) if is_scalar_type(op_type) or 0 not in combined else 0
+    if expected and sizes[pool] and length != expected:
+        raise invalid(f"{label}: length {length} != {expected} bytes of {op_type.name} {list(combined)}")
+
+
+def _check_dimensions(label: str, op_type: OperandType, model_dims: tuple[int, ...], dims: tuple[int, ...],
+                      index: int, *, output: bool, allow_unspecified: bool) -> tuple[int, ...]:
+    """Request dimensions against the operand's; returns the combined dimensions."""
+    may_be_unknown = output and allow_unspecified
+    why = ("this execution needs fully specified outputs" if output
+           else "inputs must be fully specified")
+    if is_scalar_type(op_type):
+        if dims:
+            raise invalid(f"{label}: operand {index} is a scalar {op_type.name} but the request gives "
+                          f"dimensions {list(dims)}")
+        return ()
+    if not dims:
+        if not model_dims and not may_be_unknown:
+            raise invalid(f"{label}: operand {index} has unknown rank and the request gives no dimensions "
+                          f"({why})")
+        for i, d in enumerate(model_dims):
+            if d == 0 and not may_be_unknown:
+                raise invalid(f"{label}: operand {index} dimension {i} is unknown and the request gives no "
+                              f"dimensions ({why})")
+        return model_dims
+    if model_dims and len(dims) != len(model_dims):
+        raise invalid(f"{label}: dimensions {list(dims)} have rank {len(dims)} but operand {index} has rank "
+                      f"{len(model_dims)}")
+    for i, d in enumerate(dims):
+        if model_dims and model_dims[i] and d != model_dims[i]:
+            raise invalid(f"{label}: dimension {i} is {d} but operand {index} has {model_dims[i]}")
+        if d == 0 and not may_be_unknown:
+            raise invalid(f"{label}: dimension {i} is 0 ({why})")
+    return dims

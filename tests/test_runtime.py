@@ -1,0 +1,173 @@
+"""The app-facing runtime: model building, compilation settings, executions, partitioning."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import nnapi
+from nnapi import OperandType as T, OperationType as Op, ResultCode
+from nnapi.hal import OperandLifeTime
+
+from conftest import add_relu_model
+
+
+def test_reference_device_is_discovered_through_entry_points():
+    names = [d.name for d in nnapi.devices()]
+    assert "reference" in names
+    assert names[-1] == "reference"  # the fallback comes last
+
+
+def test_add_relu_computes(add_relu):
+    c = nnapi.Compilation(add_relu).finish()
+    a = np.array([1, -5, 2, 0.5], np.float32)
+    b = np.array([1, 1, -3, 0.25], np.float32)
+    (y,) = c.execute([a, b])
+    np.testing.assert_array_equal(y, np.maximum(a + b, 0))
+
+
+def test_large_value_moves_to_shared_pool_at_finish():
+    m = add_relu_model(64, large_constant=True)
+    hal_model = m.to_hal()
+    refs = [o for o in hal_model.main.operands if o.lifetime == OperandLifeTime.CONSTANT_REFERENCE]
+    assert len(refs) == 1 and refs[0].location.length == 256
+    pool = nnapi.memory.map_pool(hal_model.pools[refs[0].location.pool_index])
+    np.testing.assert_array_equal(np.frombuffer(pool.view(refs[0].location.offset, 256), np.float32),
+                                  np.arange(64, dtype=np.float32))
+    small = [o for o in hal_model.main.operands if o.lifetime == OperandLifeTime.CONSTANT_COPY]
+    assert all(o.location.length <= 128 for o in small)
+    (y,) = nnapi.Compilation(m).finish().execute([np.ones(64, np.float32), -np.ones(64, np.float32)])
+    np.testing.assert_array_equal(y, np.arange(64, dtype=np.float32))
+
+
+def test_model_is_frozen_after_finish(add_relu):
+    with pytest.raises(nnapi.NnError) as e:
+        add_relu.add_operand(T.TENSOR_FLOAT32, (1,))
+    assert e.value.code == ResultCode.BAD_STATE
+
+
+def test_model_rejects_bad_operand_index_and_size():
+    m = nnapi.Model()
+    a = m.add_operand(T.TENSOR_FLOAT32, (2,))
+    with pytest.raises(nnapi.NnError) as e:
+        m.set_operand_value(7, np.zeros(2, np.float32))
+    assert e.value.code == ResultCode.BAD_DATA and "operand index 7" in e.value.message
+    with pytest.raises(nnapi.NnError) as e:
+        m.set_operand_value(a, np.zeros(3, np.float32))
+    assert e.value.code == ResultCode.BAD_DATA and "needs 8 bytes" in e.value.message
+
+
+def test_model_finish_reports_validation_errors_as_bad_data():
+    m = nnapi.Model()
+    a = m.add_operand(T.TENSOR_FLOAT32, (2,))
+    out = m.add_operand(T.TENSOR_INT32, (2,))
+    m.add_operation(Op.RELU, [a], [out])          # RELU output must have the input's type
+    m.identify_inputs_and_outputs([a], [out])
+    with pytest.raises(nnapi.NnError) as e:
+        m.finish()
+    assert e.value.code == ResultCode.BAD_DATA and "RELU" in e.value.message
+
+
+def test_compilation_settings_are_checked_and_frozen(add_relu):
+    with pytest.raises(nnapi.NnError) as e:
+        nnapi.Compilation(add_relu, cache_dir="/tmp", token=b"short")
+    assert e.value.code == ResultCode.BAD_DATA
+    with pytest.raises(nnapi.NnError) as e:
+        nnapi.Compilation(add_relu, priority=55)
+    assert e.value.code == ResultCode.BAD_DATA
+    c = nnapi.Compilation(add_relu).finish()
+    with pytest.raises(nnapi.NnError) as e:
+        c.set_priority(nnapi.Priority.HIGH)
+    assert e.value.code == ResultCode.BAD_STATE
+
+
+def test_execution_arguments_are_set_once_and_checked(add_relu):
+    c = nnapi.Compilation(add_relu).finish()
+    e = nnapi.Execution(c)
+    e.set_input(0, np.ones(4, np.float32))
+    with pytest.raises(nnapi.NnError) as err:
+        e.set_input(0, np.ones(4, np.float32))
+    assert err.value.code == ResultCode.BAD_STATE
+    with pytest.raises(nnapi.NnError) as err:
+        e.set_input(1, np.ones(5, np.float32))
+    assert err.value.code == ResultCode.BAD_DATA
+    with pytest.raises(nnapi.NnError) as err:
+        e.set_input(9, np.ones(4, np.float32))
+    assert err.value.code == ResultCode.BAD_DATA
+    with pytest.raises(nnapi.NnError) as err:
+        e.compute()                                  # input 1 and output 0 unset
+    assert err.value.code == ResultCode.BAD_DATA
+    with pytest.raises(nnapi.NnError) as err:
+        e.get_output_shape(0)
+    assert err.value.code == ResultCode.BAD_STATE
+
+
+def test_async_and_shared_memory_execution(add_relu):
+    c = nnapi.Compilation(add_relu).finish()
+    mem_in = nnapi.Memory.ashmem(16)
+    mem_in.array(np.float32, (4,))[:] = [1, 2, 3, -9]
+    mem_out = nnapi.Memory.ashmem(32)
+    e = nnapi.Execution(c)
+    e.set_input_from_memory(0, mem_in, 0, 16)
+    e.set_input(1, np.ones(4, np.float32))
+    e.set_output_from_memory(0, mem_out, 16, 16)
+    e.start_compute().wait()
+    np.testing.assert_array_equal(mem_out.array(np.float32, (4,), offset=16), [2, 3, 4, 0])
+    assert e.get_output_shape(0) == (4,)
+    e2 = nnapi.Execution(c)
+    with pytest.raises(nnapi.NnError) as err:
+        e2.set_input_from_memory(0, mem_in, 8, 16)   # past the end
+    assert err.value.code == ResultCode.BAD_DATA
+    e.compute if False else None
+    with pytest.raises(nnapi.NnError) as err:
+        e.compute()                                  # an execution runs once
+    assert err.value.code == ResultCode.BAD_STATE
+
+
+def test_unknown_output_shape_and_insufficient_size():
+    m = nnapi.Model()
+    a = m.add_operand(T.TENSOR_FLOAT32, (0,))       # unknown length
+    out = m.add_operand(T.TENSOR_FLOAT32, (0,))
+    m.add_operation(Op.RELU, [a], [out])
+    m.identify_inputs_and_outputs([a], [out])
+    m.finish()
+    c = nnapi.Compilation(m).finish()
+    e = nnapi.Execution(c)
+    e.set_input(0, np.array([-1, 2, 3], np.float32))
+    e.set_output(0, np.zeros(2, np.float32))
+    with pytest.raises(nnapi.NnError) as err:
+        e.compute()
+    assert err.value.code == ResultCode.OUTPUT_INSUFFICIENT_SIZE
+    assert e.get_output_shape(0) == (3,)
+    (y,) = c.execute([np.array([-1, 2, 3, 4, -5], np.float32)])   # grows its buffers itself
+    np.testing.assert_array_equal(y, [0, 2, 3, 4, 0])
+
+
+def test_second_compilation_hits_the_cache(tmp_path, add_relu):
+    token = nnapi.model_token(add_relu)
+    first = nnapi.Compilation(add_relu, cache_dir=tmp_path, token=token).finish()
+    assert [o.outcome for o in first.cache_outcomes] == ["miss"]
+    assert len(list(tmp_path.iterdir())) == 1
+    second = nnapi.Compilation(add_relu, cache_dir=tmp_path, token=token).finish()
+    assert [o.outcome for o in second.cache_outcomes] == ["hit"]
+    x = np.array([1, -2, 3, -4], np.float32)
+    np.testing.assert_array_equal(second.execute([x, x])[0], first.execute([x, x])[0])
+
+
+def test_corrupted_cache_is_a_miss_that_rewrites_it(tmp_path, add_relu):
+    token = nnapi.model_token(add_relu)
+    nnapi.Compilation(add_relu, cache_dir=tmp_path, token=token).finish()
+    (path,) = tmp_path.iterdir()
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    again = nnapi.Compilation(add_relu, cache_dir=tmp_path, token=token).finish()
+    assert again.cache_outcomes[0].outcome == "rejected"
+    assert "integrity" in again.cache_outcomes[0].reason
+    assert nnapi.Compilation(add_relu, cache_dir=tmp_path, token=token).finish().cache_outcomes[0].outcome == "hit"
+
+
+def test_changed_model_with_reused_token_misses(tmp_path):
+    token = bytes(32)
+    nnapi.Compilation(add_relu_model(64, True), cache_dir=tmp_path, token=token).finish()
+    other = nnapi.Compilation(add_relu_model(65, True), cache_dir=tmp_path, token=token).finish()
+    assert other.cache_outcomes[0].outcome == "miss"
