@@ -110,3 +110,69 @@ def requantize_per_channel(acc: np.ndarray, real_multipliers: np.ndarray, zero_p
     mask = (np.int64(1) << right) - 1
     threshold = (mask >> 1) + (high < 0)
     return (high >> right) + ((high & mask) > threshold) + zero_point
+
+
+def requantize_values(values: np.ndarray, old_scale: float, old_zero_point: int,
+                      new_scale: float, new_zero_point: int, dtype: np.dtype) -> np.ndarray:
+    """Android's requantize<T> (OperationsUtils.cpp) over an array: move quantized `values` from
+    (old_scale, old_zero_point) to (new_scale, new_zero_point) of `dtype`.
+
+    `(value - offset) * scale` is a float product (int times float in C++), widened to double;
+    the division and the zero-point addition are double; out-of-range values saturate and the
+    rest round half away from zero (std::round).
+    """
+    info = np.iinfo(dtype)
+    real = ((np.asarray(values, np.int32) - np.int32(old_zero_point)).astype(np.float32)
+            * np.float32(old_scale)).astype(np.float64)
+    ret = real / float(np.float32(new_scale)) + float(new_zero_point)
+    return np.clip(_round_away(ret), info.min, info.max).astype(dtype)
+
+
+def _srdhm_scalar(a: int, b: int) -> int:
+    """gemmlowp SaturatingRoundingDoublingHighMul of two int32 Python ints."""
+    if a == b == -(1 << 31):
+        return (1 << 31) - 1
+    num = a * b + ((1 << 30) if a * b >= 0 else 1 - (1 << 30))
+    return num >> 31 if num >= 0 else -((-num) >> 31)  # C++ division truncates toward zero
+
+
+def _saturating_shift_left(x: int, exponent: int) -> int:
+    """gemmlowp SaturatingRoundingMultiplyByPOT<exponent> for exponent > 0 on an int32."""
+    threshold = (1 << (31 - exponent)) - 1
+    if x > threshold:
+        return (1 << 31) - 1
+    if x < -threshold:
+        return -(1 << 31)
+    return x << exponent
+
+
+def inv_sqrt_quantized_multiplier_exp(value: int, reverse_shift: int) -> tuple[int, int]:
+    """TFLite GetInvSqrtQuantizedMultiplierExp: (multiplier, shift) with 1/sqrt(value) ≈
+    multiplier * 2^(shift * reverse_shift - 31), by gemmlowp fixed-point Newton-Raphson.
+
+    0 and 1 give (INT32_MAX, 0), as TFLite handles them (b/143972021).
+    """
+    if value <= 1:
+        return (1 << 31) - 1, 0
+    shift = 11
+    while value >= (1 << 29):
+        value //= 4
+        shift += 1
+    max_left_shift_bits = (32 - value.bit_length()) - 1
+    left_shift_bit_pairs = max_left_shift_bits // 2 - 1
+    shift -= left_shift_bit_pairs
+    value <<= 2 * left_shift_bit_pairs
+    # F3 = FixedPoint<int32, 3 integer bits>: products of Fa and Fb are F(a+b) via SRDHM.
+    fixed_input = value >> 1
+    half_input = int(rounding_divide_by_pot(np.int64(fixed_input), 1))
+    half_three = (1 << 28) + (1 << 27)  # 1.5 in F3
+    x = 1 << 28  # F3 one
+    for _ in range(5):
+        x3 = _saturating_shift_left(_srdhm_scalar(_srdhm_scalar(x, x), x), 6)  # F9 -> F3
+        diff = _srdhm_scalar(half_three, x) - _srdhm_scalar(half_input, x3)   # F6
+        x = _saturating_shift_left(diff, 3)                                      # F6 -> F3
+    x = _srdhm_scalar(x, 1518500250)  # times sqrt(2)/2 in F0
+    if shift < 0:
+        x <<= -shift
+        shift = 0
+    return x, shift * reverse_shift

@@ -1,0 +1,48 @@
+"""EXPAND_DIMS: insert a dimension of size 1 at `axis` (input 1, INT32 in [-(rank+1), rank]).
+
+A negative axis counts from the end of the output shape (axis + rank + 1), as Android's
+expand_dims::prepare. Quantized outputs keep the input's scale and zero point.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..hal import OperandType as T, OperationType as Op
+from ._axis import normalize_axis
+from .context import OpContext, UnknownValue
+from .registry import register
+
+_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM,
+          T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+def _validate(ctx: OpContext) -> None:
+    ctx.check_counts(2, 1)
+    t = ctx.inputs[0].type
+    ctx.check_types([_TYPES, T.INT32], [t])
+    if t.is_quantized:
+        ctx.check_same_quant(0, 0, j_output=True)
+    if ctx.inputs[0].dims:
+        try:
+            _axis(ctx)
+        except UnknownValue:
+            pass
+
+
+def _axis(ctx: OpContext) -> int:
+    # The output has rank + 1 dimensions: the axis indexes into it.
+    return normalize_axis(ctx, ctx.scalar(1), len(ctx.inputs[0].dims) + 1, param="input 1 (axis)")
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    dims = ctx.inputs[0].dims
+    axis = _axis(ctx)
+    return [tuple(dims[:axis]) + (1,) + tuple(dims[axis:])]
+
+
+def _execute(ctx: OpContext) -> list[np.ndarray]:
+    (dims,) = _prepare(ctx)
+    return [ctx.input(0).reshape(dims).astype(ctx.outputs[0].dtype)]
+
+
+register(Op.EXPAND_DIMS, validate=_validate, prepare=_prepare, execute=_execute)
