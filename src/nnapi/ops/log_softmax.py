@@ -1,0 +1,52 @@
+"""LOG_SOFTMAX: (x - max) * beta - log(sum(exp((x - max) * beta))) along an axis.
+
+Inputs: the tensor (float32 or float16), beta (FLOAT32, or FLOAT16 for a float16 tensor, as
+NeuralNetworks.h specifies) and the axis (INT32, negative counts from the end). Computed in
+double precision and cast to the output type, as Android's reference does its exp/log.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..hal import OperandType as T, OperationType as Op
+from ._axis import scalar_axis
+from .context import OpContext, UnknownValue
+from .registry import register
+
+_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+
+
+def _validate(ctx: OpContext) -> None:
+    ctx.check_counts(3, 1)
+    t = ctx.inputs[0].type
+    beta_type = T.FLOAT16 if t == T.TENSOR_FLOAT16 else T.FLOAT32
+    ctx.check_types([_TYPES, beta_type, T.INT32], [t])
+    rank = len(ctx.inputs[0].dims)
+    if rank:
+        try:
+            scalar_axis(ctx, 2, rank)
+        except UnknownValue:
+            pass
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    dims = ctx.inputs[0].dims
+    if not dims:
+        raise ctx.fail("input 0 must have rank at least 1")
+    scalar_axis(ctx, 2, len(dims))
+    return [dims]
+
+
+def _execute(ctx: OpContext) -> list[np.ndarray]:
+    x, out = ctx.inputs[0], ctx.outputs[0]
+    axis = scalar_axis(ctx, 2, len(x.dims))
+    beta = float(ctx.scalar(1))
+    if x.value.size == 0:
+        return [np.zeros(x.dims, out.dtype)]
+    f = x.value.astype(np.float64)
+    shifted = (f - f.max(axis=axis, keepdims=True)) * beta
+    y = shifted - np.log(np.exp(shifted).sum(axis=axis, keepdims=True))
+    return [y.astype(out.dtype)]
+
+
+register(Op.LOG_SOFTMAX, validate=_validate, prepare=_prepare, execute=_execute)
