@@ -1,12 +1,22 @@
 """The context an operation's validate / prepare / execute functions receive."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
 import numpy as np
 
 from ..hal import NnError, OperandType, OperationType, invalid
 from .tensor import Tensor
+
+
+class SubgraphExecutor(Protocol):
+    """What control-flow operations need from the interpreter running them."""
+
+    #: Longest a WHILE loop may run, in nanoseconds.
+    loop_timeout_ns: int
+
+    def run_subgraph(self, index: int, inputs: Sequence[np.ndarray | None]) -> list[np.ndarray]:
+        """Run referenced subgraph `index` on `inputs` and return its outputs."""
 
 
 class UnknownValue(Exception):
@@ -21,12 +31,15 @@ class OpContext:
     """
 
     def __init__(self, op: OperationType, inputs: Sequence[Tensor], outputs: Sequence[Tensor],
-                 *, relaxed: bool = False, compile_time: bool = False) -> None:
+                 *, relaxed: bool = False, compile_time: bool = False,
+                 executor: "SubgraphExecutor | None" = None) -> None:
         self.op = op
         self.inputs = list(inputs)
         self.outputs = list(outputs)
         self.relaxed = relaxed
         self.compile_time = compile_time
+        #: At execution, runs referenced subgraphs (IF / WHILE bodies) on the same interpreter.
+        self.executor = executor
 
     # --- reading inputs -------------------------------------------------------------------
     def input(self, i: int) -> np.ndarray:

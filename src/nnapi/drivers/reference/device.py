@@ -5,8 +5,8 @@ import time
 
 from ..._version import __version__
 from ...hal import (BufferDesc, CacheHandles, Capabilities, DeviceInfo, DeviceType, ErrorStatus,
-                    ExecutionPreference, IDevice, Model, NnError, OperandPerformance, OperandType,
-                    PerformanceInfo, Priority)
+                    ExecutionPreference, IDevice, Model, NnError, OperandLifeTime, OperandPerformance,
+                    OperandType, Operation, OperationType, PerformanceInfo, Priority, Subgraph)
 from ...hal.constants import NO_DEADLINE
 from ...ops import find_operation
 from ...validation import validate_model, validate_preference, validate_priority
@@ -19,6 +19,25 @@ NAME = "reference"
 def _check_deadline(deadline: int | None, what: str) -> None:
     if deadline is not None and deadline < NO_DEADLINE and time.monotonic_ns() > deadline:
         raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"deadline had passed when {what} started")
+
+
+def _supported(model: Model, op: Operation) -> bool:
+    """Registered, and for IF/WHILE every operation of the referenced subgraphs too."""
+    return _supported_in(model, model.main, op, frozenset())
+
+
+def _supported_in(model: Model, sub: Subgraph, op: Operation, seen: frozenset[int]) -> bool:
+    if find_operation(op.type) is None:
+        return False
+    if op.type not in (OperationType.IF, OperationType.WHILE):
+        return True
+    for i in op.inputs:
+        operand = sub.operands[i]
+        if operand.lifetime == OperandLifeTime.SUBGRAPH and operand.location.offset not in seen:
+            body = model.referenced[operand.location.offset]
+            if not all(_supported_in(model, body, o, seen | {operand.location.offset}) for o in body.operations):
+                return False
+    return True
 
 
 class ReferenceDevice(IDevice):
@@ -35,7 +54,7 @@ class ReferenceDevice(IDevice):
 
     def get_supported_operations(self, model: Model) -> list[bool]:
         validate_model(model)
-        return [find_operation(op.type) is not None for op in model.main.operations]
+        return [_supported(model, op) for op in model.main.operations]
 
     def get_number_of_cache_files_needed(self) -> tuple[int, int]:
         return cache.NUM_MODEL_CACHE, cache.NUM_DATA_CACHE
@@ -47,7 +66,7 @@ class ReferenceDevice(IDevice):
         validate_preference(preference)
         validate_priority(priority)
         unsupported = [f"{i} ({op.type.name})" for i, op in enumerate(model.main.operations)
-                       if find_operation(op.type) is None]
+                       if not _supported(model, op)]
         if unsupported:
             raise NnError(ErrorStatus.INVALID_ARGUMENT,
                           f"the reference driver does not implement operations {', '.join(unsupported)}")

@@ -15,7 +15,7 @@ from ...hal import (ErrorStatus, Model, NnError, OperandLifeTime, OperationType,
 from ...memory import MappedPool
 from ...ops import OpContext, OperationRegistration, Tensor, find_operation, numpy_dtype
 
-_CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE)
+_CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE, OperandLifeTime.SUBGRAPH)
 
 
 @dataclass
@@ -34,6 +34,8 @@ def constant_value(model: Model, sub: Subgraph, index: int, pools: list[MappedPo
     operand = sub.operands[index]
     loc = operand.location
     dtype = numpy_dtype(operand.type)
+    if operand.lifetime == OperandLifeTime.SUBGRAPH:
+        return np.array(loc.offset, dtype=np.uint32)  # the referenced subgraph's index
     if operand.lifetime == OperandLifeTime.CONSTANT_COPY:
         data = memoryview(model.operand_values)[loc.offset:loc.offset + loc.length]
     elif operand.lifetime == OperandLifeTime.CONSTANT_REFERENCE:
@@ -82,7 +84,8 @@ class SubgraphPlan:
         return Tensor(operand.type, tuple(dims), operand.scale, operand.zero_point, operand.channel_quant,
                       value, omitted)
 
-    def run(self, values: dict[int, np.ndarray | None], deadline: int | None = None) -> dict[int, np.ndarray | None]:
+    def run(self, values: dict[int, np.ndarray | None], deadline: int | None = None,
+            executor: "ModelExecutor | None" = None) -> dict[int, np.ndarray | None]:
         """Evaluate every step; `values` holds the subgraph inputs (None = omitted) and receives the outputs."""
         values.update(self.constants)
         operands = self.sub.operands
@@ -106,12 +109,18 @@ class SubgraphPlan:
                                   f"operation {step.index} ({step.type.name}): input {k} is zero-sized")
             outputs = [Tensor(operands[i].type, operands[i].dimensions, operands[i].scale,
                               operands[i].zero_point, operands[i].channel_quant) for i in step.outputs]
-            ctx = OpContext(step.type, inputs, outputs, relaxed=self.relaxed)
+            ctx = OpContext(step.type, inputs, outputs, relaxed=self.relaxed, executor=executor)
             try:
                 shapes = reg.prepare(ctx)
-                for k, (declared, dims) in enumerate(zip(outputs, shapes)):
-                    _check_compatible(step, k, declared.dims, tuple(dims))
+                if shapes is not None:
+                    for k, (declared, dims) in enumerate(zip(outputs, shapes)):
+                        _check_compatible(step, k, declared.dims, tuple(dims))
                 results = reg.execute(ctx)
+                if shapes is None:  # data-dependent shapes (control flow): known after execute
+                    shapes = [() if operands[i].type.is_scalar else tuple(np.shape(r))
+                              for i, r in zip(step.outputs, results)]
+                    for k, (declared, dims) in enumerate(zip(outputs, shapes)):
+                        _check_compatible(step, k, declared.dims, tuple(dims))
             except NnError:
                 raise
             except Exception as e:  # a kernel bug or an input the checks missed: never crash the driver
@@ -138,3 +147,22 @@ def _check_compatible(step: _Step, k: int, declared: tuple[int, ...], inferred: 
         raise NnError(ErrorStatus.GENERAL_FAILURE,
                       f"operation {step.index} ({step.type.name}): output {k} has inferred shape {inferred}, "
                       f"incompatible with the declared {declared}")
+
+
+class ModelExecutor:
+    """Runs one execution of a model: the main plan and, for IF/WHILE, its referenced subgraphs."""
+
+    def __init__(self, plans: list[SubgraphPlan], deadline: int | None, loop_timeout_ns: int) -> None:
+        self.plans = plans  # referenced subgraph plans, by index
+        self.deadline = deadline
+        self.loop_timeout_ns = loop_timeout_ns
+
+    def run_subgraph(self, index: int, inputs) -> list[np.ndarray]:
+        plan = self.plans[index]
+        sub = plan.sub
+        if len(inputs) != len(sub.input_indexes):
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"referenced subgraph {index} takes "
+                                                       f"{len(sub.input_indexes)} inputs, got {len(inputs)}")
+        values = dict(zip(sub.input_indexes, inputs))
+        plan.run(values, self.deadline, self)
+        return [values[i] for i in sub.output_indexes]

@@ -11,11 +11,11 @@ import numpy as np
 
 from ...hal import (ErrorStatus, ExecutionPreference, IFencedExecutionCallback, IPreparedModel,
                     MeasureTiming, Model, NnError, OutputShape, Priority, Request, Timing)
-from ...hal.constants import NO_DEADLINE
+from ...hal.constants import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, NO_DEADLINE
 from ...memory import MappedPool, map_pool
 from ...ops import numpy_dtype
 from ...validation import validate_request
-from .interpreter import SubgraphPlan
+from .interpreter import ModelExecutor, SubgraphPlan
 
 
 def _deadline(deadline: int | None) -> int | None:
@@ -58,9 +58,11 @@ class ReferencePreparedModel(IPreparedModel):
         self.priority = priority
         self._pools: list[MappedPool] = [map_pool(p) for p in model.pools]
         self.main = SubgraphPlan(model, model.main, self._pools)
+        self.referenced = [SubgraphPlan(model, sub, self._pools) for sub in model.referenced]
 
     # --- one run ----------------------------------------------------------------------------
-    def _run(self, request: Request, deadline: int | None, allow_unspecified_output: bool = True) -> list[OutputShape]:
+    def _run(self, request: Request, deadline: int | None, allow_unspecified_output: bool = True,
+             loop_timeout_ns: int | None = None) -> list[OutputShape]:
         validate_request(request, self.model, allow_unspecified_output=allow_unspecified_output)
         if deadline is not None and time.monotonic_ns() > deadline:
             raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "deadline had passed when the execution started")
@@ -79,7 +81,9 @@ class ReferencePreparedModel(IPreparedModel):
                 raise NnError(ErrorStatus.INVALID_ARGUMENT,
                               f"request input {k}: length {loc.length} does not match {need} bytes of shape {dims}")
             values[index] = pools[loc.pool_index].array(loc.offset, need, numpy_dtype(operand.type), tuple(dims))
-        self.main.run(values, deadline)
+        loop_timeout = LOOP_TIMEOUT_DEFAULT_NS if loop_timeout_ns is None else min(loop_timeout_ns,
+                                                                                    LOOP_TIMEOUT_MAXIMUM_NS)
+        self.main.run(values, deadline, ModelExecutor(self.referenced, deadline, loop_timeout))
         shapes = []
         for arg, index in zip(request.outputs, main.output_indexes):
             v = values[index]
@@ -98,9 +102,10 @@ class ReferencePreparedModel(IPreparedModel):
         return shapes
 
     def _timed(self, request: Request, measure: MeasureTiming, deadline: int | None,
-               allow_unspecified_output: bool = True) -> tuple[list[OutputShape], Timing]:
+               allow_unspecified_output: bool = True, loop_timeout_ns: int | None = None
+               ) -> tuple[list[OutputShape], Timing]:
         start = time.monotonic_ns()
-        shapes = self._run(request, _deadline(deadline), allow_unspecified_output)
+        shapes = self._run(request, _deadline(deadline), allow_unspecified_output, loop_timeout_ns)
         if measure == MeasureTiming.YES:
             us = _us(time.monotonic_ns() - start)
             return shapes, Timing(us, us)
@@ -108,14 +113,14 @@ class ReferencePreparedModel(IPreparedModel):
 
     # --- IPreparedModel -----------------------------------------------------------------------
     def execute_synchronously(self, request, measure, deadline, loop_timeout_ns):
-        return self._timed(request, measure, deadline)
+        return self._timed(request, measure, deadline, loop_timeout_ns=loop_timeout_ns)
 
     def execute(self, request, measure, deadline, loop_timeout_ns, callback):
         validate_request(request, self.model)
 
         def work() -> None:
             try:
-                shapes, timing = self._timed(request, measure, deadline)
+                shapes, timing = self._timed(request, measure, deadline, loop_timeout_ns=loop_timeout_ns)
                 callback(ErrorStatus.NONE, shapes, timing)
             except NnError as e:
                 callback(e.status, e.output_shapes or [], Timing())
@@ -139,7 +144,7 @@ class ReferencePreparedModel(IPreparedModel):
         if timeout_after_fence_ns is not None:
             after = fenced + timeout_after_fence_ns
             deadline = after if deadline is None else min(deadline, after)
-        _, timing = self._timed(request, MeasureTiming.NO, deadline, allow_unspecified_output=False)
+        self._timed(request, MeasureTiming.NO, deadline, False, loop_timeout_ns)
         end = time.monotonic_ns()
         if measure == MeasureTiming.YES:
             return -1, _FencedCallback(ErrorStatus.NONE, Timing(_us(end - fenced), _us(end - launched)),
