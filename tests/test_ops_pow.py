@@ -10,30 +10,8 @@ from nnapi.hal import ErrorStatus, NnError, OperandType as T, OperationType as O
 from nnapi.ops import OpContext, Tensor, find_operation
 
 
-def _t(t: T, values, scale: float = 0.0, zero_point: int = 0) -> Tensor:
-    v = np.asarray(values, dtype=Tensor(t, ()).dtype)
-    return Tensor(t, v.shape, scale, zero_point, value=v)
+from optest import invalid_op as _invalid, run_op as _run, tensor as _t
 
-
-def _run(op: Op, ins: list[Tensor], out: Tensor) -> np.ndarray:
-    """validate (compile time), prepare and execute one operation; the output array."""
-    reg = find_operation(op)
-    reg.validate(OpContext(op, ins, [out], compile_time=True))
-    ctx = OpContext(op, ins, [out])
-    (dims,) = reg.prepare(ctx)
-    (result,) = reg.execute(ctx)
-    assert result.shape == tuple(dims)
-    assert result.dtype == out.dtype
-    return result
-
-
-def _invalid(op: Op, ins: list[Tensor], out: Tensor, *words: str) -> None:
-    """The operation is rejected with INVALID_ARGUMENT naming the operation and `words`."""
-    with pytest.raises(NnError) as e:
-        _run(op, ins, out)
-    assert e.value.status == ErrorStatus.INVALID_ARGUMENT
-    for w in (op.name,) + words:
-        assert w in e.value.message, e.value.message
 
 def test_pow_broadcast() -> None:
     base = _t(T.TENSOR_FLOAT32, [[2.0, 9.0], [4.0, 1.0]])
