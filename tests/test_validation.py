@@ -309,12 +309,12 @@ def test_listed_input_becomes_constant(model):
         set_operand(m, 0, lifetime=L.CONSTANT_COPY, location=DataLocation(0, len(m.operand_values), 24))
         m.operand_values += bytes(24)
     expect_invalid_model(mutated(model, change),
-                         "input 0: operand 0 has lifetime CONSTANT_COPY, expected SUBGRAPH_INPUT")
+                         "subgraph input 0: operand 0 has lifetime CONSTANT_COPY, expected SUBGRAPH_INPUT")
 
 
 def test_listed_output_becomes_temporary(model):
     expect_invalid_model(mutated(model, lambda m: set_operand(m, 2, lifetime=L.TEMPORARY_VARIABLE)),
-                         "output 0: operand 2 has lifetime TEMPORARY_VARIABLE, expected SUBGRAPH_OUTPUT")
+                         "subgraph output 0: operand 2 has lifetime TEMPORARY_VARIABLE, expected SUBGRAPH_OUTPUT")
 
 
 def test_temporary_becomes_unlisted_output(model):
@@ -471,8 +471,8 @@ def test_pool_with_handle_and_token(model):
 
 # --- subgraph lists --------------------------------------------------------------------------------
 @pytest.mark.parametrize("inputs,fragment", [
-    ((6,), "input 0: operand index 6 out of range (6 operands)"),
-    ((0, 0), "input 1: operand 0 is listed more than once"),
+    ((6,), "subgraph input 0: operand index 6 out of range (6 operands)"),
+    ((0, 0), "subgraph input 1: operand 0 is listed more than once"),
 ])
 def test_subgraph_input_indexes(model, inputs, fragment):
     def change(m):
@@ -483,7 +483,7 @@ def test_subgraph_input_indexes(model, inputs, fragment):
 def test_subgraph_output_listed_twice(model):
     def change(m):
         m.main.output_indexes = (2, 5, 2)
-    expect_invalid_model(mutated(model, change), "output 2: operand 2 is listed more than once")
+    expect_invalid_model(mutated(model, change), "subgraph output 2: operand 2 is listed more than once")
 
 
 def test_subgraph_without_operations(model):
@@ -540,8 +540,15 @@ def test_crash_in_prepare_becomes_invalid_argument(model, monkeypatch):
 
 
 def test_malformed_prepare_result_becomes_invalid_argument(model, monkeypatch):
+    patch_registry(monkeypatch, fake_registration(prepare=lambda ctx: [(2, 3), (2, 3)]))
+    expect_invalid_model(model, "operation 0 (RELU): shape inference gave [(2, 3), (2, 3)] for 1 outputs")
+    patch_registry(monkeypatch, fake_registration(prepare=lambda ctx: [("a",)]))
+    expect_invalid_model(model, "operation 0 (RELU): shape inference gave ('a',) for output 0")
+
+
+def test_data_dependent_prepare_result_is_not_an_error(model, monkeypatch):
     patch_registry(monkeypatch, fake_registration(prepare=lambda ctx: None))
-    expect_invalid_model(model, "operation 0 (RELU): shape inference gave None")
+    validate_model(model)
 
 
 def test_unknown_value_in_prepare_is_not_an_error(model, monkeypatch):

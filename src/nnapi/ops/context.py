@@ -79,10 +79,11 @@ class OpContext:
 
     def check_types(self, inputs: Sequence[OperandType | Sequence[OperandType] | None],
                     outputs: Sequence[OperandType | Sequence[OperandType] | None] = ()) -> None:
-        """Check operand types position by position; None skips a position, a sequence allows several."""
+        """Check operand types position by position; None skips a position, a sequence allows several.
+        Omitted (NO_VALUE) operands are checked too: their declared type must still fit (as Android does)."""
         for kind, tensors, expected in (("input", self.inputs, inputs), ("output", self.outputs, outputs)):
             for i, want in enumerate(expected):
-                if want is None or i >= len(tensors) or (kind == "input" and tensors[i].omitted):
+                if want is None or i >= len(tensors):
                     continue
                 allowed = (want,) if isinstance(want, OperandType) else tuple(want)
                 if tensors[i].type not in allowed:

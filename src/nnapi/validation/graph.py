@@ -19,19 +19,20 @@ def operation_label(prefix: str, index: int, op_type: Any) -> str:
 def check_io_lists(prefix: str, subgraph: Subgraph, lifetimes: Sequence[OperandLifeTime]) -> None:
     """Subgraph input/output indexes: in range, not repeated, and consistent with operand lifetimes."""
     count = len(lifetimes)
+    where = prefix or "subgraph "
     for kind, indexes, lifetime in (("input", subgraph.input_indexes, L.SUBGRAPH_INPUT),
                                     ("output", subgraph.output_indexes, L.SUBGRAPH_OUTPUT)):
         if not isinstance(indexes, (tuple, list)):
-            raise invalid(f"{prefix}{kind} indexes must be a sequence, got {type(indexes).__name__}")
+            raise invalid(f"{where}{kind} indexes must be a sequence, got {type(indexes).__name__}")
         seen: set[int] = set()
         for k, index in enumerate(indexes):
             if not is_int(index) or not 0 <= index < count:
-                raise invalid(f"{prefix}{kind} {k}: operand index {index!r} out of range ({count} operands)")
+                raise invalid(f"{where}{kind} {k}: operand index {index!r} out of range ({count} operands)")
             if index in seen:
-                raise invalid(f"{prefix}{kind} {k}: operand {index} is listed more than once")
+                raise invalid(f"{where}{kind} {k}: operand {index} is listed more than once")
             seen.add(int(index))
             if lifetimes[index] != lifetime:
-                raise invalid(f"{prefix}{kind} {k}: operand {index} has lifetime {lifetimes[index].name}, "
+                raise invalid(f"{where}{kind} {k}: operand {index} has lifetime {lifetimes[index].name}, "
                               f"expected {lifetime.name}")
         for index, operand_lifetime in enumerate(lifetimes):
             if operand_lifetime == lifetime and index not in seen:

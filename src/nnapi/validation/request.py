@@ -66,9 +66,9 @@ def _check_argument(label: str, arg: Any, operand: Operand, index: int, pools: S
         raise invalid(f"{label}: region [{offset}, {offset + length}) is outside pool {pool} ({sizes[pool]} bytes)")
     if output and pools[pool].pointer is not None and memoryview(pools[pool].pointer).readonly:
         raise invalid(f"{label}: pool {pool} is a read-only buffer and cannot receive an output")
-    combined = _check_dimensions(label, OperandType(operand.type), tuple(operand.dimensions), dims, index,
-                                 output=output, allow_unspecified=allow_unspecified)
     op_type = OperandType(operand.type)
+    combined = _check_dimensions(label, op_type, tuple(operand.dimensions), dims, index,
+                                 output=output, allow_unspecified=allow_unspecified)
     expected = byte_size(op_type, combined) if is_scalar_type(op_type) or 0 not in combined else 0
     if expected and sizes[pool] and length != expected:
         raise invalid(f"{label}: length {length} != {expected} bytes of {op_type.name} {list(combined)}")

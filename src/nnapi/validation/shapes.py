@@ -111,7 +111,7 @@ def propagate_shapes(model: Model, subgraph_index: int | None, *, prefix: str, c
         if op_type in _CONTROL_FLOW or not all(_known(t) for t in ctx.inputs):
             continue
         result = _call(label, lambda: reg.prepare(ctx))
-        if result is _NOT_INFERABLE:
+        if result is _NOT_INFERABLE or result is None:  # None: data-dependent shapes
             continue
         for index, shape in zip(op.outputs, _merge_outputs(label, subgraph, op, dims, result)):
             dims[index] = shape
