@@ -63,3 +63,26 @@ def constant_activation(ctx: OpContext, index: int) -> FusedActivationFunc | Non
     except UnknownValue:
         return None
     return check_activation(ctx.op.name, value)
+
+
+# --- Recurrent-cell activations (Android's ActivationFn / TfLiteFusedActivation) ----------------
+#: Codes RNN, sequence RNNs, SVDF and LSTM accept: the fused codes plus TANH (4) and SIGMOID (6);
+#: 5 (SIGN_BIT) has no kernel in Android's ActivationFunctor.
+CELL_ACTIVATIONS = {0: "NONE", 1: "RELU", 2: "RELU1", 3: "RELU6", 4: "TANH", 6: "SIGMOID"}
+
+
+def check_cell_activation(op_name: str, value: int, param: str = "activation") -> int:
+    """A recurrent-cell activation code, checked; INVALID_ARGUMENT naming the operation otherwise."""
+    if not isinstance(value, int) or value not in CELL_ACTIVATIONS:
+        raise invalid(f"{op_name}: {param} {value!r} is not a supported activation "
+                      f"(expected one of {sorted(CELL_ACTIVATIONS)})")
+    return value
+
+
+def apply_cell_activation(x: np.ndarray, activation: int) -> np.ndarray:
+    """Apply a recurrent-cell activation (codes of CELL_ACTIVATIONS) to a float array."""
+    if activation == 4:
+        return np.tanh(x)
+    if activation == 6:
+        return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype)
+    return apply_float(x, activation)

@@ -359,8 +359,65 @@ def finish(ctx: OpContext, acc: np.ndarray, activation: int) -> np.ndarray:
     return _activation.apply_quant(q, activation, out.scale, out.zero_point, out.dtype)
 
 
+# --- grouped and transposed convolution ----------------------------------------------------------
+def grouped_im2col_matmul(patches: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Grouped contraction: patches [N, OH, OW, FH, FW, G*Cg] with weights [G, FH*FW*Cg, Og]
+    -> [N, OH, OW, G*Og], output channel g*Og + d reading only input channels g*Cg .. (g+1)*Cg - 1.
+
+    One BLAS matmul per group when there are few groups (each blocked like `im2col_matmul`),
+    otherwise one batched matmul over all groups.
+    """
+    n, oh, ow, fh, fw, c = patches.shape
+    g, k, og = weights.shape
+    cg = c // g
+    if g == 1:
+        return im2col_matmul(patches, weights[0])
+    if g <= 8 or n * oh * ow * k * g > _IM2COL_MAX_ELEMENTS:
+        parts = [im2col_matmul(patches[..., i * cg:(i + 1) * cg], weights[i]) for i in range(g)]
+        return np.concatenate(parts, axis=-1)
+    cols = patches.reshape(n * oh * ow, fh, fw, g, cg).transpose(3, 0, 1, 2, 4).reshape(g, n * oh * ow, k)
+    out = np.matmul(cols, weights)  # [G, M, Og]
+    return out.transpose(1, 0, 2).reshape(n, oh, ow, g * og)
+
+
+def transpose_conv_scatter(x: np.ndarray, weights: np.ndarray, out_h: int, out_w: int,
+                           stride_h: int, stride_w: int, pad_top: int, pad_left: int) -> np.ndarray:
+    """Transposed convolution accumulators: x [N, H, W, C] with weights [O, FH, FW, C] -> [N, OH, OW, O].
+
+    One BLAS matmul gives every input pixel's contribution to each filter tap ([N, H, W, FH, FW, O]);
+    col2im then adds tap (i, j) into output rows h*stride_h - pad_top + i and columns
+    w*stride_w - pad_left + j with one strided slice per tap (positions never collide within a tap),
+    contributions falling outside [0, OH) x [0, OW) being dropped, as Android's reference does.
+    Padding may be negative at the tail (bottom/right): those outputs only receive what lands there.
+    """
+    n, h, w, c = x.shape
+    o, fh, fw, _ = weights.shape
+    dtype = np.result_type(x.dtype, weights.dtype)
+    if n == 0 or out_h <= 0 or out_w <= 0:
+        return np.zeros((n, max(out_h, 0), max(out_w, 0), o), dtype)
+    wmat = weights.transpose(3, 1, 2, 0).reshape(c, fh * fw * o)  # [C, (i, j, o)]
+    cols = (x.reshape(n * h * w, c) @ wmat).reshape(n, h, w, fh, fw, o)
+    # Full (uncropped) canvas: big enough for every tap and for the requested output window.
+    full_h = max((h - 1) * stride_h + fh, pad_top + out_h)
+    full_w = max((w - 1) * stride_w + fw, pad_left + out_w)
+    canvas = np.zeros((n, full_h, full_w, o), dtype)
+    row_end, col_end = (h - 1) * stride_h + 1, (w - 1) * stride_w + 1
+    for i in range(fh):
+        for j in range(fw):
+            canvas[:, i:i + row_end:stride_h, j:j + col_end:stride_w, :] += cols[:, :, :, i, j, :]
+    return canvas[:, pad_top:pad_top + out_h, pad_left:pad_left + out_w, :]
+
+
+def l2_pool(patches: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """L2 pooling over zero-padded patches [N, OH, OW, FH, FW, C]: sqrt(sum of squares / counts),
+    `counts` ([OH, OW, 1]) being the number of real input elements under each window (TFLite L2Pool)."""
+    squares = np.einsum("nyxijc,nyxijc->nyxc", patches, patches)
+    return np.sqrt(squares / counts)
+
+
 __all__ = ["WindowSignature", "WindowParams", "window_signature", "expected_scalar_types", "known_scalar",
            "check_scalars", "read_params", "layout_flag", "check_padding_fits", "check_conv_operands",
            "check_input_ranks", "window_counts",
            "channel_multipliers", "pad_nhwc", "patch_view", "extract_patches", "im2col_matmul",
-           "depthwise_taps", "centered_input", "centered_filter", "finish"]
+           "depthwise_taps", "centered_input", "centered_filter", "finish",
+           "grouped_im2col_matmul", "transpose_conv_scatter", "l2_pool"]

@@ -176,3 +176,144 @@ def inv_sqrt_quantized_multiplier_exp(value: int, reverse_shift: int) -> tuple[i
         x <<= -shift
         shift = 0
     return x, shift * reverse_shift
+
+
+def dequantize_float32(values: np.ndarray, scale: float, zero_point: int) -> np.ndarray:
+    """Android's convertQuantToFloat32: (float(q) - zero_point) * scale, in single precision."""
+    return ((np.asarray(values).astype(np.float32) - np.float32(zero_point)) * np.float32(scale)).astype(np.float32)
+
+
+def convert_float32_to_quant(x: np.ndarray, scale: float, zero_point: int, dtype: np.dtype) -> np.ndarray:
+    """Android's convertFloat32ToQuant (and BOX_WITH_NMS_LIMIT's castTo): clamp(round(x / scale +
+    zero_point)) where the division and the addition are single precision and std::round rounds
+    halves away from zero. (Differs from `quantize_float32` on halves: the zero point is added first.)"""
+    info = np.iinfo(dtype)
+    v = (np.asarray(x, np.float32) / np.float32(scale) + np.float32(zero_point)).astype(np.float64)
+    return np.clip(_round_away(v), info.min, info.max).astype(dtype)
+
+
+# --- gemmlowp FixedPoint arithmetic over numpy int64 arrays holding int16 or int32 raw values ---
+# (fixedpoint.h: used by QUANTIZED_16BIT_LSTM and QUANTIZED_LSTM; `bits` is the raw type's width.)
+
+def _fp_wrap(x: np.ndarray, bits: int) -> np.ndarray:
+    """C++ conversion back to the raw type (two's complement wrap-around)."""
+    half = np.int64(1) << (bits - 1)
+    return ((np.asarray(x, np.int64) + half) & ((half << 1) - 1)) - half
+
+
+def fp_srdhm(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
+    """gemmlowp SaturatingRoundingDoublingHighMul for int16 (bits=16) or int32 (bits=32) raws."""
+    a = np.asarray(a, np.int64)
+    b = np.asarray(b, np.int64)
+    lo = -(1 << (bits - 1))
+    ab = a * b
+    nudge = np.where(ab >= 0, np.int64(1 << (bits - 2)), np.int64(1 - (1 << (bits - 2))))
+    num = ab + nudge
+    den = bits - 1
+    high = np.where(num >= 0, num >> den, -((-num) >> den))  # C++ division truncates
+    return np.where((a == lo) & (b == lo), np.int64((1 << (bits - 1)) - 1), high)
+
+
+def fp_rounding_divide_by_pot(x: np.ndarray, exponent: int) -> np.ndarray:
+    return rounding_divide_by_pot(x, exponent)
+
+
+def fp_mul_by_pot(x: np.ndarray, exponent: int, bits: int) -> np.ndarray:
+    """gemmlowp SaturatingRoundingMultiplyByPOT<exponent> on raw values."""
+    x = np.asarray(x, np.int64)
+    if exponent == 0:
+        return x
+    if exponent < 0:
+        return rounding_divide_by_pot(x, -exponent)
+    threshold = (1 << (bits - 1 - exponent)) - 1
+    res = _fp_wrap(x << exponent, bits)
+    res = np.where(x > threshold, np.int64((1 << (bits - 1)) - 1), res)
+    return np.where(x < -threshold, np.int64(-(1 << (bits - 1))), res)
+
+
+def fp_saturating_add(a: np.ndarray, b: np.ndarray, bits: int) -> np.ndarray:
+    lim = 1 << (bits - 1)
+    return np.clip(np.asarray(a, np.int64) + b, -lim, lim - 1)
+
+
+def _fp_rounding_half_sum(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    s = np.asarray(a, np.int64) + b
+    t = s + np.where(s >= 0, 1, -1)
+    return np.where(t >= 0, t // 2, -((-t) // 2))
+
+
+def _fp_const(raw32: int, bits: int) -> int:
+    """RescaleConstantInitializer: an int32 constant rounded down to the raw type's width."""
+    return int(rounding_divide_by_pot(np.int64(raw32), 32 - bits))
+
+
+def _fp_exp_quarter(a: np.ndarray, bits: int) -> np.ndarray:
+    """exp_on_interval_between_negative_one_quarter_and_0_excl (F0 in, F0 out)."""
+    c = _fp_const(1895147668, bits)
+    third = _fp_const(715827883, bits)
+    x = _fp_wrap(a + (1 << (bits - 1 - 3)), bits)
+    x2 = fp_srdhm(x, x, bits)
+    x3 = fp_srdhm(x2, x, bits)
+    x4 = fp_srdhm(x2, x2, bits)
+    x4_over_4 = fp_mul_by_pot(x4, -2, bits)
+    poly = fp_mul_by_pot(_fp_wrap(fp_srdhm(_fp_wrap(x4_over_4 + x3, bits), third, bits) + x2, bits), -1, bits)
+    prod = fp_srdhm(np.int64(c), _fp_wrap(x + poly, bits), bits)
+    if bits == 16:
+        return fp_saturating_add(c, prod, bits)
+    return _fp_wrap(c + prod, bits)
+
+
+def fp_exp_on_negative_values(a: np.ndarray, integer_bits: int, bits: int) -> np.ndarray:
+    """gemmlowp exp_on_negative_values: FixedPoint<raw, integer_bits> (a <= 0) -> F0."""
+    a = np.asarray(a, np.int64)
+    frac = bits - 1 - integer_bits
+    quarter = 1 << (frac - 2)
+    mask = quarter - 1
+    a_mod = _fp_wrap((a & mask) - quarter, bits)
+    result = _fp_exp_quarter(fp_mul_by_pot(a_mod, integer_bits, bits), bits)
+    remainder = _fp_wrap(a_mod - a, bits)
+    for exponent, mult in ((-2, 1672461947), (-1, 1302514674), (0, 790015084), (1, 290630308),
+                           (2, 39332535), (3, 720401), (4, 242)):
+        if integer_bits > exponent:
+            shift = frac + exponent
+            result = np.where((remainder & (1 << shift)) != 0,
+                              fp_srdhm(result, _fp_const(mult, bits), bits), result)
+    if integer_bits > 5:
+        clamp = _fp_const(-(1 << (36 - integer_bits)), bits)
+        result = np.where(a < clamp, 0, result)
+    return np.where(a == 0, np.int64((1 << (bits - 1)) - 1), result)
+
+
+def _fp_newton_reciprocal(half_denominator: np.ndarray, bits: int) -> np.ndarray:
+    """The F2 Newton-Raphson iterate x ~ 1 / half_denominator shared by logistic and tanh."""
+    c48 = _fp_const(1515870810, bits)
+    cneg32 = _fp_const(-1010580540, bits)
+    one_f2 = 1 << (bits - 1 - 2)
+    x = _fp_wrap(c48 + fp_srdhm(half_denominator, cneg32, bits), bits)
+    for _ in range(3):
+        hdx = fp_srdhm(half_denominator, x, bits)
+        x = _fp_wrap(x + fp_mul_by_pot(fp_srdhm(x, _fp_wrap(one_f2 - hdx, bits), bits), 2, bits), bits)
+    return x
+
+
+def fp_logistic(a: np.ndarray, integer_bits: int, bits: int) -> np.ndarray:
+    """gemmlowp logistic: FixedPoint<raw, integer_bits> -> F0 raw values."""
+    a = np.asarray(a, np.int64)
+    one = (1 << (bits - 1)) - 1
+    abs_in = np.where(a > 0, a, _fp_wrap(-a, bits))
+    e = fp_exp_on_negative_values(_fp_wrap(-abs_in, bits), integer_bits, bits)
+    x = _fp_newton_reciprocal(_fp_rounding_half_sum(e, one), bits)
+    pos = fp_mul_by_pot(x, 1, bits)  # Rescale<0>(ExactMulByPot<-1>(x)): F1 -> F0
+    neg = _fp_wrap(one - pos, bits)
+    return np.where(a == 0, _fp_const(1 << 30, bits), np.where(a > 0, pos, neg))
+
+
+def fp_tanh(a: np.ndarray, integer_bits: int, bits: int) -> np.ndarray:
+    """gemmlowp tanh: FixedPoint<raw, integer_bits> -> F0 raw values."""
+    a = np.asarray(a, np.int64)
+    one = (1 << (bits - 1)) - 1
+    n = np.where(a < 0, a, _fp_wrap(-a, bits))
+    e = fp_exp_on_negative_values(n, integer_bits + 1, bits)  # ExactMulByPot<1>
+    x = _fp_newton_reciprocal(_fp_rounding_half_sum(e, one), bits)
+    t = fp_mul_by_pot(_fp_wrap(x - (1 << (bits - 3)), bits), 2, bits)  # Rescale<0>(x - F2 one)
+    return np.where(a == 0, 0, np.where(a < 0, _fp_wrap(-t, bits), t))

@@ -1,5 +1,5 @@
-"""AVERAGE_POOL_2D and MAX_POOL_2D (float32, float16, quant8 asymm / signed), implicit or explicit
-padding, NHWC or NCHW; reductions over strided patch views.
+"""AVERAGE_POOL_2D and MAX_POOL_2D (float32, float16, quant8 asymm / signed), L2_POOL_2D (float32,
+float16), implicit or explicit padding, NHWC or NCHW; reductions over strided patch views.
 
 Each pooling kind is one entry of `_KINDS` (allowed types + reduction), so L2_POOL_2D only needs
 a reduction and a registration.
@@ -123,9 +123,17 @@ def _max(ctx: OpContext, x: np.ndarray, g: _Geometry) -> np.ndarray:
     return _activation.apply_float(m, g.params.activation).astype(t.dtype)
 
 
+def _l2(ctx: OpContext, x: np.ndarray, g: _Geometry) -> np.ndarray:
+    """sqrt(mean of squares) over the real elements of each window (padding excluded from the count)."""
+    t = ctx.inputs[0]
+    out = _conv.l2_pool(_patches(x.astype(np.float64), g), _counts(g))
+    return _activation.apply_float(out, g.params.activation).astype(t.dtype)
+
+
 _KINDS: dict[Op, _Kind] = {
     Op.AVERAGE_POOL_2D: _Kind(_FLOAT_TYPES + _QUANT_TYPES, _average),
     Op.MAX_POOL_2D: _Kind(_FLOAT_TYPES + _QUANT_TYPES, _max),
+    Op.L2_POOL_2D: _Kind(_FLOAT_TYPES, _l2),
 }
 
 

@@ -137,7 +137,7 @@ class Execution:
         if buffer.dtype != numpy_dtype(operand.type):
             raise NnError(ResultCode.BAD_DATA, f"Execution.set_output: output {index} has dtype {buffer.dtype}, "
                                                f"the operand is {operand.type.name}")
-        dims = self._dims("output", index, operand, dimensions, tuple(0 for _ in operand.dimensions))
+        dims = self._dims("output", index, operand, dimensions, operand.dimensions)
         if operand.is_fully_specified and buffer.nbytes != operand.byte_size():
             raise NnError(ResultCode.BAD_DATA, f"Execution.set_output: output {index} has {buffer.nbytes} bytes, "
                                                f"the operand needs {operand.byte_size()}")
@@ -152,7 +152,7 @@ class Execution:
         if offset == 0 and length == 0:
             length = memory.size - offset
         memory.check_region(offset, length, f"Execution.set_{io}_from_memory {io} {index}")
-        dims = self._dims(io, index, operand, dimensions, tuple(0 for _ in operand.dimensions))
+        dims = self._dims(io, index, operand, dimensions, operand.dimensions)
         if (io == "input" or operand.is_fully_specified) and all(dims) and length != operand.byte_size(dims):
             raise NnError(ResultCode.BAD_DATA, f"Execution.set_{io}_from_memory: {io} {index} length {length} "
                                                f"does not match {operand.byte_size(dims)} bytes")
