@@ -35,6 +35,19 @@ def add_relu_model(n: int = 4, large_constant: bool = False) -> nnapi.Model:
     return m
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_state_dir(tmp_path_factory):
+    """Drivers keep their integrity registry and caching engine in a per-session state directory."""
+    path = tmp_path_factory.mktemp("nnapi-state")
+    old = os.environ.get("NNAPI_STATE_DIR")
+    os.environ["NNAPI_STATE_DIR"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("NNAPI_STATE_DIR", None)
+    else:
+        os.environ["NNAPI_STATE_DIR"] = old
+
+
 @pytest.fixture
 def add_relu() -> nnapi.Model:
     return add_relu_model()

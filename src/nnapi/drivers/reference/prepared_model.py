@@ -5,7 +5,7 @@ import os
 import select
 import threading
 import time
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -52,13 +52,33 @@ class ReferencePreparedModel(IPreparedModel):
     """A validated model with its constants mapped and its main subgraph planned."""
 
     def __init__(self, model: Model, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
-                 priority: Priority = Priority.MEDIUM) -> None:
+                 priority: Priority = Priority.MEDIUM, *, lazy: bool = False,
+                 on_planned: Callable[["ReferencePreparedModel"], None] | None = None) -> None:
         self.model = model
         self.preference = preference
         self.priority = priority
-        self._pools: list[MappedPool] = [map_pool(p) for p in model.pools]
-        self.main = SubgraphPlan(model, model.main, self._pools)
-        self.referenced = [SubgraphPlan(model, sub, self._pools) for sub in model.referenced]
+        self._plan_lock = threading.Lock()
+        self._on_planned = on_planned
+        self._planned = False
+        if not lazy:
+            self._plan()
+
+    def _plan(self) -> None:
+        """Map the constants and plan every subgraph (at preparation, or at the first run in JIT mode)."""
+        with self._plan_lock:
+            if self._planned:
+                return
+            self._pools: list[MappedPool] = [map_pool(p) for p in self.model.pools]
+            self.main = SubgraphPlan(self.model, self.model.main, self._pools)
+            self.referenced = [SubgraphPlan(self.model, sub, self._pools) for sub in self.model.referenced]
+            self._planned = True
+        if self._on_planned is not None:
+            callback, self._on_planned = self._on_planned, None
+            callback(self)
+
+    @property
+    def planned(self) -> bool:
+        return self._planned
 
     # --- one run ----------------------------------------------------------------------------
     def _run(self, request: Request, deadline: int | None, allow_unspecified_output: bool = True,
@@ -83,6 +103,7 @@ class ReferencePreparedModel(IPreparedModel):
             values[index] = pools[loc.pool_index].array(loc.offset, need, numpy_dtype(operand.type), tuple(dims))
         loop_timeout = LOOP_TIMEOUT_DEFAULT_NS if loop_timeout_ns is None else min(loop_timeout_ns,
                                                                                     LOOP_TIMEOUT_MAXIMUM_NS)
+        self._plan()
         self.main.run(values, deadline, ModelExecutor(self.referenced, deadline, loop_timeout))
         shapes = []
         for arg, index in zip(request.outputs, main.output_indexes):

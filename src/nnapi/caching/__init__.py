@@ -1,0 +1,15 @@
+"""Driver-side compilation caching shared by every driver (C1-C12).
+
+- `registry`: the persistent integrity registry (token -> SHA-256 of the model cache), SQLite,
+  keyed by driver name and version (C9).
+- `files`: cache-file I/O on the runtime's descriptors: truncate-then-write under an exclusive
+  lock, read under a shared lock, access-mode checks (C8, C11).
+- `artifacts`: save/load of a driver's model-cache and data-cache blobs with the registry check
+  done on the in-memory copy that is then used (C10).
+- `engine`: the driver-internal persistent cache used without app caching information (C12).
+"""
+from .artifacts import CacheError, load_artifacts, save_artifacts
+from .engine import CachingEngine
+from .registry import IntegrityRegistry, state_dir
+
+__all__ = ["CacheError", "load_artifacts", "save_artifacts", "CachingEngine", "IntegrityRegistry", "state_dir"]

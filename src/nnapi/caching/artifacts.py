@@ -1,0 +1,117 @@
+"""Saving and loading one compilation's cache artifacts through the runtime's cache files.
+
+Layout: model-cache file 0 starts with an index (magic, format version, the length and xxh3-128
+of every data-cache blob); every model-cache file then holds its blob. The registry records the
+SHA-256 of all model-cache files together. Save: build blobs in memory -> hash -> record -> write
+(C10). Load: copy every file into memory -> hash that copy -> check the registry -> check the
+data blobs against the index -> hand back exactly the bytes that were checked.
+"""
+from __future__ import annotations
+
+import hashlib
+import struct
+from typing import Sequence
+
+import xxhash
+
+from ..hal import CacheHandles, ErrorStatus, NnError
+from .files import check_read_write, locked, read_file, write_file
+from .registry import IntegrityRegistry
+
+_MAGIC = b"NNAPICA1"
+_INDEX = struct.Struct("<8sII")      # magic, format version, number of data blobs
+_ENTRY = struct.Struct("<Q16s")      # data blob length, xxh3-128 digest
+FORMAT_VERSION = 1
+#: Largest cache file read back (guards against a file grown by an attacker).
+MAX_FILE_BYTES = 4 << 30
+
+
+class CacheError(NnError):
+    """A cache that cannot be used: always GENERAL_FAILURE (or INVALID_ARGUMENT for bad arguments)."""
+
+
+def _fail(message: str) -> CacheError:
+    return CacheError(ErrorStatus.GENERAL_FAILURE, message)
+
+
+def check_counts(handles: CacheHandles, counts: tuple[int, int]) -> None:
+    n_model, n_data = counts
+    if len(handles.model_cache) != n_model or len(handles.data_cache) != n_data:
+        raise CacheError(ErrorStatus.INVALID_ARGUMENT,
+                         f"expected {n_model} model-cache and {n_data} data-cache files, got "
+                         f"{len(handles.model_cache)} and {len(handles.data_cache)}")
+
+
+def _model_digest(files: Sequence[bytes]) -> bytes:
+    h = hashlib.sha256()
+    for content in files:
+        h.update(struct.pack("<Q", len(content)))
+        h.update(content)
+    return h.digest()
+
+
+def encode(model_blobs: Sequence[bytes], data_blobs: Sequence[bytes]) -> list[bytes]:
+    """The content of every model-cache file (file 0 carries the data-cache index)."""
+    index = _INDEX.pack(_MAGIC, FORMAT_VERSION, len(data_blobs)) + b"".join(
+        _ENTRY.pack(len(d), xxhash.xxh3_128_digest(d)) for d in data_blobs)
+    files = [index + bytes(model_blobs[0])] if model_blobs else []
+    return files + [bytes(b) for b in model_blobs[1:]]
+
+
+def decode(model_files: Sequence[bytes], data_files: Sequence[bytes]) -> tuple[list[memoryview], list[memoryview]]:
+    """Split verified model-cache files back into blobs and check the data blobs against the index."""
+    first = memoryview(model_files[0])
+    if len(first) < _INDEX.size:
+        raise _fail("model cache is too short for its index")
+    magic, version, n_data = _INDEX.unpack_from(first)
+    if magic != _MAGIC or version != FORMAT_VERSION:
+        raise _fail(f"model cache has format {magic!r} v{version}, expected {_MAGIC!r} v{FORMAT_VERSION}")
+    if n_data != len(data_files) or len(first) < _INDEX.size + n_data * _ENTRY.size:
+        raise _fail(f"model cache index lists {n_data} data files, {len(data_files)} were given")
+    data = []
+    for i, content in enumerate(data_files):
+        length, digest = _ENTRY.unpack_from(first, _INDEX.size + i * _ENTRY.size)
+        if len(content) != length or xxhash.xxh3_128_digest(content) != digest:
+            raise _fail(f"data cache {i} does not match what was saved (corrupted or replaced)")
+        data.append(memoryview(content))
+    blobs = [first[_INDEX.size + n_data * _ENTRY.size:]] + [memoryview(f) for f in model_files[1:]]
+    return blobs, data
+
+
+def save_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegistry, counts: tuple[int, int],
+                   model_blobs: Sequence[bytes], data_blobs: Sequence[bytes]) -> None:
+    """Hash, record, then write. Raises CacheError/OSError; callers treat any failure as "not cached"."""
+    check_counts(handles, counts)
+    if len(model_blobs) != counts[0] or len(data_blobs) != counts[1] or not model_blobs:
+        raise CacheError(ErrorStatus.GENERAL_FAILURE, "artifact count does not match the advertised cache files")
+    model_files = encode(model_blobs, data_blobs)
+    registry.record(token, _model_digest(model_files))
+    fds = (*handles.model_cache, *handles.data_cache)
+    with locked(fds, exclusive=True):
+        for fd, content in zip(handles.data_cache, data_blobs):
+            write_file(fd, content)
+        for fd, content in zip(handles.model_cache, model_files):
+            write_file(fd, content)
+
+
+def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegistry,
+                   counts: tuple[int, int]) -> tuple[list[memoryview], list[memoryview]]:
+    """Read, verify and return (model blobs, data blobs); GENERAL_FAILURE with the reason when unusable."""
+    check_counts(handles, counts)
+    if not isinstance(token, (bytes, bytearray)) or len(token) != 32:
+        raise CacheError(ErrorStatus.INVALID_ARGUMENT, "cache token must be 32 bytes")
+    check_read_write(handles.model_cache, "model cache")
+    check_read_write(handles.data_cache, "data cache")
+    fds = (*handles.model_cache, *handles.data_cache)
+    try:
+        with locked(fds, exclusive=False):
+            model_files = [read_file(fd, MAX_FILE_BYTES) for fd in handles.model_cache]
+            data_files = [read_file(fd, MAX_FILE_BYTES) for fd in handles.data_cache]
+    except OSError as e:
+        raise _fail(f"cache files cannot be read: {e}") from None
+    expected = registry.lookup(token)
+    if expected is None:
+        raise _fail("no integrity record for this token: the cache was not written by this driver version")
+    if _model_digest(model_files) != expected:
+        raise _fail("model cache failed its integrity check (changed since this driver wrote it)")
+    return decode(model_files, data_files)

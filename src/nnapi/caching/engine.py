@@ -1,0 +1,180 @@
+"""The caching engine (C12): a driver's own persistent cache, for compilations without app caching info.
+
+Entries are keyed by a content hash of the model and its options. Each entry is one file written
+to a temporary name and renamed into place (atomic for readers in any process); an SQLite index
+holds its SHA-256, size and last use. Reads are integrity-checked like the model cache; the total
+size is bounded (default 256 MB) by evicting the least recently used entries.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import struct
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from .registry import state_dir
+
+DEFAULT_MAX_BYTES = 256 << 20
+_HEADER = struct.Struct("<8sII")   # magic, model blobs, data blobs
+_LEN = struct.Struct("<Q")
+_MAGIC = b"NNENGIN1"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    key TEXT PRIMARY KEY,
+    digest BLOB NOT NULL,
+    size INTEGER NOT NULL,
+    last_used REAL NOT NULL
+)
+"""
+
+
+@dataclass(frozen=True)
+class EngineEntry:
+    key: str
+    size: int
+    last_used: float
+
+
+class CachingEngine:
+    """A bounded, LRU, multi-process-safe artifact cache in a driver's state directory."""
+
+    def __init__(self, driver: str, version: str, root: Path | None = None,
+                 max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+        self.driver, self.version = driver, version
+        self._root = root
+        self.max_bytes = max_bytes
+        self._local = threading.local()
+
+    @property
+    def root(self) -> Path:
+        root = self._root if self._root is not None else state_dir() / "engine" / f"{self.driver}-{self.version}"
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return root
+
+    def _conn(self) -> sqlite3.Connection:
+        path = str(self.root / "index.sqlite3")
+        conn = getattr(self._local, "conn", None)
+        if conn is None or self._local.path != path:
+            conn = sqlite3.connect(path, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(_SCHEMA)
+            self._local.conn, self._local.path = conn, path
+        return conn
+
+    @staticmethod
+    def key_for(*parts: bytes) -> str:
+        """A key from the model's content hash and its options."""
+        h = hashlib.sha256()
+        for p in parts:
+            h.update(_LEN.pack(len(p)))
+            h.update(p)
+        return h.hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.root / f"{key}.entry"
+
+    # --- use --------------------------------------------------------------------------------------
+    def put(self, key: str, model_blobs: Sequence[bytes], data_blobs: Sequence[bytes]) -> None:
+        """Store an entry (replacing one with the same key), then evict down to the size bound."""
+        body = _HEADER.pack(_MAGIC, len(model_blobs), len(data_blobs)) + b"".join(
+            _LEN.pack(len(b)) + bytes(b) for b in (*model_blobs, *data_blobs))
+        if len(body) > self.max_bytes:
+            return
+        digest = hashlib.sha256(body).digest()
+        path = self._path(key)
+        tmp = path.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
+        with open(tmp, "wb") as f:
+            f.write(body)
+        os.replace(tmp, path)
+        self._conn().execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?)",
+                             (key, digest, len(body), time.time()))
+        self.evict(self.max_bytes)
+
+    def get(self, key: str) -> tuple[list[memoryview], list[memoryview]] | None:
+        """The entry's (model blobs, data blobs), or None when absent or failing its integrity check."""
+        row = self._conn().execute("SELECT digest FROM entries WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        try:
+            body = self._path(key).read_bytes()
+        except OSError:
+            self._drop(key)
+            return None
+        if hashlib.sha256(body).digest() != bytes(row[0]):
+            self._drop(key)
+            return None
+        parsed = _parse(body)
+        if parsed is None:
+            self._drop(key)
+            return None
+        self._conn().execute("UPDATE entries SET last_used = ? WHERE key = ?", (time.time(), key))
+        return parsed
+
+    # --- maintenance ----------------------------------------------------------------------------------
+    def entries(self) -> list[EngineEntry]:
+        rows = self._conn().execute("SELECT key, size, last_used FROM entries ORDER BY last_used DESC").fetchall()
+        return [EngineEntry(k, s, t) for k, s, t in rows]
+
+    def verify(self) -> dict[str, str | None]:
+        """Every entry and why it would be rejected (None when it is sound)."""
+        result: dict[str, str | None] = {}
+        for key, digest in self._conn().execute("SELECT key, digest FROM entries").fetchall():
+            try:
+                body = self._path(key).read_bytes()
+            except OSError as e:
+                result[key] = f"unreadable: {e.strerror}"
+                continue
+            if hashlib.sha256(body).digest() != bytes(digest):
+                result[key] = "integrity mismatch"
+            elif _parse(body) is None:
+                result[key] = "malformed entry"
+            else:
+                result[key] = None
+        return result
+
+    def evict(self, max_bytes: int) -> list[str]:
+        """Drop least recently used entries until the total is at most `max_bytes`; returns the keys dropped."""
+        rows = self._conn().execute("SELECT key, size FROM entries ORDER BY last_used ASC").fetchall()
+        total = sum(size for _, size in rows)
+        dropped = []
+        for key, size in rows:
+            if total <= max_bytes:
+                break
+            self._drop(key)
+            total -= size
+            dropped.append(key)
+        return dropped
+
+    def _drop(self, key: str) -> None:
+        self._conn().execute("DELETE FROM entries WHERE key = ?", (key,))
+        try:
+            self._path(key).unlink()
+        except OSError:
+            pass
+
+
+def _parse(body: bytes) -> tuple[list[memoryview], list[memoryview]] | None:
+    view = memoryview(body)
+    if len(view) < _HEADER.size:
+        return None
+    magic, n_model, n_data = _HEADER.unpack_from(view)
+    if magic != _MAGIC or n_model + n_data > 64:
+        return None
+    pos = _HEADER.size
+    blobs = []
+    for _ in range(n_model + n_data):
+        if pos + _LEN.size > len(view):
+            return None
+        (n,) = _LEN.unpack_from(view, pos)
+        pos += _LEN.size
+        if pos + n > len(view):
+            return None
+        blobs.append(view[pos:pos + n])
+        pos += n
+    return blobs[:n_model], blobs[n_model:]

@@ -1,0 +1,69 @@
+"""Cache-file I/O on descriptors handed over by the runtime.
+
+Writers truncate first and write from offset 0 (never trusting the fd position) under an
+exclusive `fcntl` lock; readers copy the whole file into memory under a shared lock, so a reader
+never sees a half-written file written by a cooperating writer. A file changed behind the locks
+is caught by the integrity check of its content.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+from ..hal import ErrorStatus, NnError
+
+
+@contextmanager
+def locked(fds: Sequence[int], exclusive: bool) -> Iterator[None]:
+    """Hold shared (readers) or exclusive (writers) locks on every fd, taken in a fixed order."""
+    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+    taken: list[int] = []
+    try:
+        for fd in sorted(set(fds)):
+            fcntl.flock(fd, mode)
+            taken.append(fd)
+        yield
+    finally:
+        for fd in taken:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            except OSError:
+                pass
+
+
+def check_read_write(fds: Sequence[int], what: str) -> None:
+    """Cache files must be open read-write (C8); anything else is GENERAL_FAILURE (VTS requires exactly that)."""
+    for i, fd in enumerate(fds):
+        try:
+            mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+        except (OSError, TypeError, ValueError) as e:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"{what} {i}: not a usable file descriptor ({e})") from None
+        if mode != os.O_RDWR:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"{what} {i}: file is not open for reading and writing")
+
+
+def read_file(fd: int, limit: int) -> bytes:
+    """The whole content of `fd` from offset 0 (at most `limit` bytes, else GENERAL_FAILURE)."""
+    size = os.fstat(fd).st_size
+    if size > limit:
+        raise NnError(ErrorStatus.GENERAL_FAILURE, f"cache file of {size} bytes exceeds the limit of {limit}")
+    chunks = []
+    offset = 0
+    while offset < size:
+        chunk = os.pread(fd, min(size - offset, 1 << 24), offset)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        offset += len(chunk)
+    return b"".join(chunks)
+
+
+def write_file(fd: int, data: bytes | memoryview) -> None:
+    """Replace the content of `fd`: truncate, then write everything from offset 0."""
+    os.ftruncate(fd, 0)
+    view = memoryview(data)
+    offset = 0
+    while offset < len(view):
+        offset += os.pwrite(fd, view[offset:offset + (1 << 24)], offset)
