@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+
+import xxhash
 from dataclasses import dataclass
 
 from .. import hal
@@ -24,10 +26,14 @@ class CacheOutcome:
     reason: str = ""
 
 
+#: NDK priority codes, which Android hashes into the token.
+NDK_PRIORITY = {0: 90, 1: 100, 2: 110}
+
+
 def content_fingerprint(model: hal.Model) -> bytes:
-    """A hash of the partition's structure and constant values (not of pool handles)."""
+    """A fast (xxh3-128) hash of the partition's structure and constant values, not of pool handles."""
     from ..hal.serialize import model_to_bytes
-    h = hashlib.blake2b(digest_size=16)
+    h = xxhash.xxh3_128()
     stripped = hal.Model(model.main, model.referenced, model.operand_values, [],
                          model.relax_computation_float32_to_float16)
     h.update(model_to_bytes(stripped))
@@ -39,13 +45,17 @@ def content_fingerprint(model: hal.Model) -> bytes:
 
 def device_token(app_token: bytes, operations: list[int] | None, device_name: str, device_version: str,
                  preference: int, priority: int, fingerprint: bytes) -> bytes:
-    """The 32-byte token the driver sees for one partition."""
+    """The 32-byte token the driver sees for one partition (Android's TokenHasher, plus the fingerprint).
+
+    SHA-256 of the app token; for partitioned plans each operation as (model index, operation index);
+    the device name and version; preference and NDK priority as int32; then the content fingerprint.
+    """
     h = hashlib.sha256(app_token)
     for index in operations or ():
-        h.update(struct.pack("<Ii", 0, index))
+        h.update(struct.pack("<II", 0, index))
     h.update(device_name.encode())
     h.update(device_version.encode())
-    h.update(struct.pack("<ii", int(preference), int(priority)))
+    h.update(struct.pack("<ii", int(preference), NDK_PRIORITY[int(priority)]))
     h.update(fingerprint)
     digest = h.digest()
     assert len(digest) == BYTE_SIZE_OF_CACHE_TOKEN
@@ -55,6 +65,13 @@ def device_token(app_token: bytes, operations: list[int] | None, device_name: st
 def base_name(token: bytes) -> str:
     """64 letters A-P, low nibble first, as Android names cache files."""
     return "".join(chr(ord("A") + (b & 0xF)) + chr(ord("A") + (b >> 4)) for b in token)
+
+
+def token_from_name(name: str) -> bytes | None:
+    """The token a cache file's base name encodes (inverse of `base_name`), or None if it is not one."""
+    if len(name) < 64 or any(not "A" <= c <= "P" for c in name[:64]):
+        return None
+    return bytes((ord(name[i]) - 65) | ((ord(name[i + 1]) - 65) << 4) for i in range(0, 64, 2))
 
 
 def cache_paths(cache_dir: str, token: bytes, counts: tuple[int, int]) -> tuple[list[str], list[str]]:
