@@ -325,19 +325,25 @@ def depthwise_taps(patches: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 # --- input shifting and output finishing ------------------------------------------------------
+def compute_dtype(t: "Tensor") -> np.dtype:
+    """float64 for quantized data (exact integer sums of 8-bit products), float32 for float data
+    (single-precision BLAS, as Android's float kernels compute)."""
+    return np.dtype(np.float64) if t.type.is_quantized else np.dtype(np.float32)
+
+
 def centered_input(ctx: OpContext) -> np.ndarray:
-    """Input values as float64 with the zero point removed (exact for 8-bit data), so padding is 0."""
+    """Input values with the zero point removed (so padding is 0), in `compute_dtype`."""
     x = ctx.inputs[0]
-    v = x.value.astype(np.float64)
+    v = x.value.astype(compute_dtype(x), copy=False)
     if x.type.is_quantized and x.zero_point:
         v -= x.zero_point
     return v
 
 
 def centered_filter(ctx: OpContext) -> np.ndarray:
-    """Filter values as float64 with the zero point removed (per-channel filters have none)."""
+    """Filter values with the zero point removed (per-channel filters have none), in `compute_dtype`."""
     f = ctx.inputs[1]
-    v = f.value.astype(np.float64)
+    v = f.value.astype(compute_dtype(ctx.inputs[0]), copy=False)
     if f.type in (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED) and f.zero_point:
         v -= f.zero_point
     return v
@@ -349,7 +355,8 @@ def finish(ctx: OpContext, acc: np.ndarray, activation: int) -> np.ndarray:
     out = ctx.outputs[0]
     bias = ctx.inputs[2].value
     if not out.type.is_quantized:
-        return _activation.apply_float(acc + bias.astype(np.float64), activation).astype(out.dtype)
+        acc += bias.astype(acc.dtype, copy=False)  # acc is this operation's own buffer
+        return _activation.apply_float(acc, activation).astype(out.dtype, copy=False)
     acc_int = np.rint(acc).astype(np.int64) + bias.astype(np.int64)
     multipliers = channel_multipliers(ctx)
     if multipliers.size == 1:
