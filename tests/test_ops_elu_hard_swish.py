@@ -4,10 +4,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pytest
 
-from nnapi.hal import ErrorStatus, NnError, OperandType as T, OperationType as Op
-from nnapi.ops import OpContext, Tensor, find_operation
+from nnapi.hal import OperandType as T, OperationType as Op
+from nnapi.ops import Tensor
 
 
 from optest import invalid_op as _invalid, run_op as _run, tensor as _t

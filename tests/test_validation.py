@@ -12,6 +12,7 @@ import pytest
 from nnapi.hal import (DataLocation, ErrorStatus, MemoryPool, Model, NnError, Operand, OperandLifeTime as L,
                        OperandType as T, Operation, OperationType as Op, Request, RequestArgument, Subgraph,
                        SymmPerChannelQuantParams)
+from nnapi.hal.enums import OPERATION_TYPE_FUNDAMENTAL_MAX
 from nnapi.memory import allocate_ashmem, close_handle, map_handle
 from nnapi.ops import OperationRegistration, UnknownValue
 from nnapi.validation import (build_operation_context, infer_model_shapes, validate_model, validate_preference,
@@ -295,7 +296,7 @@ def test_constant_becomes_temporary(model, index):
     expect_invalid_model(mutated(model, lambda m: set_operand(m, index, lifetime=L.TEMPORARY_VARIABLE,
                                                               location=DataLocation())),
                          f"operand {index}: TEMPORARY_VARIABLE operand is never written",
-                         f"(read by operation 2 (OEM_OPERATION) input")
+                         "(read by operation 2 (OEM_OPERATION) input")
 
 
 def test_constant_becomes_unlisted_subgraph_input(model):
@@ -322,7 +323,7 @@ def test_temporary_becomes_unlisted_output(model):
                          "operand 1: lifetime SUBGRAPH_OUTPUT but it is not listed")
 
 
-@pytest.mark.parametrize("code", [102, 9999, 10001, -1])
+@pytest.mark.parametrize("code", [OPERATION_TYPE_FUNDAMENTAL_MAX + 1, 9999, 10001, -1])
 def test_operation_type_out_of_range(model, code):
     expect_invalid_model(mutated(model, lambda m: set_op(m, 1, type=code)),
                          f"operation 1 ({code}): invalid operation type {code}")

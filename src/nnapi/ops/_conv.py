@@ -18,6 +18,7 @@ from ..hal import OperandType as T, PaddingScheme
 from . import _activation, _quant
 from ._padding import effective_filter_size, explicit_padding
 from .context import OpContext, UnknownValue
+from .tensor import Tensor
 
 #: Above this many im2col elements the matmul is done in blocks of output rows (bounds memory).
 _IM2COL_MAX_ELEMENTS = 1 << 23
@@ -325,7 +326,7 @@ def depthwise_taps(patches: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 
 # --- input shifting and output finishing ------------------------------------------------------
-def compute_dtype(t: "Tensor") -> np.dtype:
+def compute_dtype(t: Tensor) -> np.dtype:
     """float64 for quantized data (exact integer sums of 8-bit products), float32 for float data
     (single-precision BLAS, as Android's float kernels compute)."""
     return np.dtype(np.float64) if t.type.is_quantized else np.dtype(np.float32)

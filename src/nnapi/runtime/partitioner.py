@@ -9,10 +9,10 @@ whose boundary temporaries are step inputs and outputs.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from .. import hal
-from ..hal import (DataLocation, ExecutionPreference, NnError, OperandLifeTime, OperationType, ResultCode)
+from ..hal import (ExecutionPreference, NnError, OperandLifeTime, OperationType, ResultCode)
 from .devices import Device
 
 
