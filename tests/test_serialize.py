@@ -13,6 +13,7 @@ import nnapi.hal.serialize as serialize
 from nnapi.hal import (DataLocation, ErrorStatus, MemoryHandle, MemoryPool, Model, NnError, Operand,
                        OperandLifeTime as L, OperandType as T, Operation, OperationType as Op, Subgraph,
                        SymmPerChannelQuantParams)
+from nnapi.hal.enums import OPERATION_TYPE_FUNDAMENTAL_MAX
 from nnapi.hal.serialize import model_from_bytes, model_to_bytes
 from nnapi.memory import allocate_ashmem, close_handle, map_handle
 from nnapi.validation import validate_model
@@ -135,8 +136,9 @@ def test_unknown_enum_codes_are_rejected(pool):
     model.main.operands[0].type = 16
     expect_invalid(model_to_bytes(model), "subgraph 0 operand 0 type has unknown code 16")
     model = sample_model(pool)
-    model.main.operations[0] = Operation(102, (0,), (1,))
-    expect_invalid(model_to_bytes(model), "subgraph 0 operation 0 type has unknown code 102")
+    invalid_code = OPERATION_TYPE_FUNDAMENTAL_MAX + 1
+    model.main.operations[0] = Operation(invalid_code, (0,), (1,))
+    expect_invalid(model_to_bytes(model), f"subgraph 0 operation 0 type has unknown code {invalid_code}")
 
 
 def test_hal_serialize_imports_nothing_else_of_the_package():

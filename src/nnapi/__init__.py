@@ -8,10 +8,13 @@ from .hal import (DeviceType, ErrorStatus, ExecutionPreference, FusedActivationF
                   OperationType, OutputShape, PaddingScheme, Priority, ResultCode, Timing)
 from .runtime import (CacheOutcome, Compilation, Device, Event, Execution, Memory, Model, devices,
                       model_token, register_device)
+from .memory import HardwareBuffer, HardwareBufferFormat, HardwareBufferUsage
+from .runtime import MemoryDesc
 
 __all__ = [
     "__version__", "Model", "Compilation", "Execution", "Event", "Memory", "Device", "devices",
     "register_device", "model_token", "CacheOutcome", "NnError", "ErrorStatus", "ResultCode", "OperandType",
     "OperationType", "OutputShape", "Priority", "ExecutionPreference", "DeviceType", "FusedActivationFunc",
     "PaddingScheme", "Timing",
+    "HardwareBuffer", "HardwareBufferFormat", "HardwareBufferUsage", "MemoryDesc",
 ]

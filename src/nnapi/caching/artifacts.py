@@ -15,7 +15,7 @@ from typing import Sequence
 import xxhash
 
 from ..hal import CacheHandles, ErrorStatus, NnError
-from .files import check_read_write, locked, read_file, write_file
+from .files import check_fds, check_read_write, locked, read_file, write_file
 from .registry import IntegrityRegistry
 
 _MAGIC = b"NNAPICA1"
@@ -84,6 +84,8 @@ def save_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
     check_counts(handles, counts)
     if len(model_blobs) != counts[0] or len(data_blobs) != counts[1] or not model_blobs:
         raise CacheError(ErrorStatus.GENERAL_FAILURE, "artifact count does not match the advertised cache files")
+    check_fds(handles.model_cache, "model cache")
+    check_fds(handles.data_cache, "data cache")
     model_files = encode(model_blobs, data_blobs)
     registry.record(token, _model_digest(model_files))
     fds = (*handles.model_cache, *handles.data_cache)

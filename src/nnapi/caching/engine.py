@@ -50,6 +50,8 @@ class CachingEngine:
         self._root = root
         self.max_bytes = max_bytes
         self._local = threading.local()
+        #: What this object has done: hits, misses, puts, evicted and dropped (failed integrity) entries.
+        self.stats = {"hits": 0, "misses": 0, "puts": 0, "evicted": 0, "dropped": 0}
 
     @property
     def root(self) -> Path:
@@ -63,6 +65,7 @@ class CachingEngine:
         if conn is None or self._local.path != path:
             conn = sqlite3.connect(path, timeout=30, isolation_level=None)
             conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")   # WAL: still safe against a crashed process
             conn.execute(_SCHEMA)
             self._local.conn, self._local.path = conn, path
         return conn
@@ -94,26 +97,27 @@ class CachingEngine:
         os.replace(tmp, path)
         self._conn().execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?)",
                              (key, digest, len(body), time.time()))
-        self.evict(self.max_bytes)
+        self.stats["puts"] += 1
+        self.stats["evicted"] += len(self.evict(self.max_bytes))
 
     def get(self, key: str) -> tuple[list[memoryview], list[memoryview]] | None:
         """The entry's (model blobs, data blobs), or None when absent or failing its integrity check."""
         row = self._conn().execute("SELECT digest FROM entries WHERE key = ?", (key,)).fetchone()
         if row is None:
+            self.stats["misses"] += 1
             return None
         try:
             body = self._path(key).read_bytes()
         except OSError:
-            self._drop(key)
-            return None
-        if hashlib.sha256(body).digest() != bytes(row[0]):
-            self._drop(key)
-            return None
-        parsed = _parse(body)
+            body = None
+        parsed = None if body is None or hashlib.sha256(body).digest() != bytes(row[0]) else _parse(body)
         if parsed is None:
             self._drop(key)
+            self.stats["dropped"] += 1
+            self.stats["misses"] += 1
             return None
         self._conn().execute("UPDATE entries SET last_used = ? WHERE key = ?", (time.time(), key))
+        self.stats["hits"] += 1
         return parsed
 
     # --- maintenance ----------------------------------------------------------------------------------
@@ -150,6 +154,10 @@ class CachingEngine:
             total -= size
             dropped.append(key)
         return dropped
+
+    def remove(self, key: str) -> None:
+        """Forget one entry and delete its file (maintenance: `nnapi cache prune`)."""
+        self._drop(key)
 
     def _drop(self, key: str) -> None:
         self._conn().execute("DELETE FROM entries WHERE key = ?", (key,))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import stat
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
@@ -21,7 +22,7 @@ def locked(fds: Sequence[int], exclusive: bool) -> Iterator[None]:
     mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
     taken: list[int] = []
     try:
-        for fd in sorted(set(fds)):
+        for fd in _lock_order(fds):
             fcntl.flock(fd, mode)
             taken.append(fd)
         yield
@@ -33,12 +34,37 @@ def locked(fds: Sequence[int], exclusive: bool) -> Iterator[None]:
                 pass
 
 
+def _lock_order(fds: Sequence[int]) -> list[int]:
+    """One fd per file, ordered by file identity (device, inode): every process and thread then takes
+    the locks of a set of files in the same order, whatever its descriptor numbers are (no deadlock)."""
+    by_file: dict[tuple[int, int], int] = {}
+    for fd in fds:
+        st = os.fstat(fd)
+        by_file.setdefault((st.st_dev, st.st_ino), fd)
+    return [by_file[k] for k in sorted(by_file)]
+
+
+def check_fds(fds: Sequence[int], what: str) -> None:
+    """Every descriptor must be an open regular file (GENERAL_FAILURE naming the slot otherwise)."""
+    for i, fd in enumerate(fds):
+        if not isinstance(fd, int) or isinstance(fd, bool) or fd < 0:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"{what} {i}: {fd!r} is not a file descriptor")
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError as e:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"{what} {i}: not a usable file descriptor ({e})") from None
+        if not stat.S_ISREG(mode):
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"{what} {i}: not a regular file")
+
+
 def check_read_write(fds: Sequence[int], what: str) -> None:
-    """Cache files must be open read-write (C8); anything else is GENERAL_FAILURE (VTS requires exactly that)."""
+    """Cache files must be regular files open read-write (C8); anything else is GENERAL_FAILURE (VTS requires
+    exactly that)."""
+    check_fds(fds, what)
     for i, fd in enumerate(fds):
         try:
             mode = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
-        except (OSError, TypeError, ValueError) as e:
+        except OSError as e:
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"{what} {i}: not a usable file descriptor ({e})") from None
         if mode != os.O_RDWR:
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"{what} {i}: file is not open for reading and writing")

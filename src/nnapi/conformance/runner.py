@@ -10,11 +10,12 @@ import numpy as np
 
 from ..hal import NnError, OperandType
 from ..ops import numpy_dtype
-from ..runtime import Compilation, Device, Execution, Memory, devices, find_device
+from ..runtime import Compilation, Device, Execution, Memory, MemoryDesc, devices, find_device
 from .vectors import BuiltModel, TestModel, build
 
-#: The variations every valid vector runs in.
-VARIATIONS = ("sync", "async", "shared_memory")
+#: The variations every valid vector runs in. "memory_domain" (AOSP's DeviceMemoryTest) runs only
+#: for vectors without zero-sized outputs.
+VARIATIONS = ("sync", "async", "shared_memory", "memory_domain")
 
 
 @dataclass
@@ -98,15 +99,57 @@ def _results(execution: Execution, built: BuiltModel, bufs: list[np.ndarray]) ->
     return out
 
 
+def has_zero_sized_output(built: BuiltModel) -> bool:
+    return any(0 in tuple(operand["dimensions"]) for _, operand in built.outputs)
+
+
+def _run_memory_domain(ex: Execution, compilation: Compilation, built: BuiltModel, bufs: list[np.ndarray]) -> None:
+    """Like AOSP's DeviceMemoryTest: every input and output in its own `Memory.from_desc` with one
+    role; inputs filled by `Memory.copy` from ashmem, outputs read back the same way."""
+    keep = []
+    for k, x in enumerate(built.inputs):
+        if x is None or x.nbytes == 0:
+            ex.set_input(k, x)
+            continue
+        desc = MemoryDesc()
+        desc.add_input_role(compilation, k, 1.0)
+        if x.ndim:
+            desc.set_dimensions(x.shape)
+        memory = Memory.from_desc(desc.finish())
+        staging = Memory.ashmem(x.nbytes)
+        staging.array(x.dtype, x.shape)[...] = x
+        Memory.copy(staging, memory)
+        keep.append(memory)
+        ex.set_input_from_memory(k, memory, 0, 0)
+    outputs = []
+    for k in range(len(bufs)):
+        desc = MemoryDesc()
+        desc.add_output_role(compilation, k, 1.0)
+        memory = Memory.from_desc(desc.finish())
+        outputs.append(memory)
+        ex.set_output_from_memory(k, memory, 0, 0)
+    ex.compute()
+    for k, (buf, memory) in enumerate(zip(bufs, outputs)):
+        dims = ex.get_output_shape(k)
+        count = math.prod(dims) if dims else 1
+        if count > buf.size:
+            raise AssertionError(f"output {k} has shape {dims}, expected {tuple(built.outputs[k][1]['dimensions'])}")
+        staging = Memory.ashmem(count * buf.itemsize)
+        Memory.copy(memory, staging)
+        buf[:count] = staging.array(buf.dtype, (count,))
+
+
 def run_variation(compilation: Compilation, built: BuiltModel, variation: str) -> list[np.ndarray]:
     """One execution in `variation`; returns the outputs."""
     ex = Execution(compilation)
     bufs = _output_buffers(built)
-    if variation == "shared_memory":
+    if variation == "memory_domain":
+        _run_memory_domain(ex, compilation, built, bufs)
+    elif variation == "shared_memory":
         mems = []
         for k, x in enumerate(built.inputs):
-            if x is None:
-                ex.set_input(k, None)
+            if x is None or x.nbytes == 0:  # offset = length = 0 would be "size cannot be implied"
+                ex.set_input(k, x)
                 continue
             mem = Memory.ashmem(max(x.nbytes, 1))
             mem.array(x.dtype, x.shape)[...] = x
@@ -154,6 +197,8 @@ def run_one(test: TestModel, device_list: list[Device] | None) -> VectorResult:
             result.status, result.reason = "failed", f"compile: {e}"
         return result
     for variation in VARIATIONS:
+        if variation == "memory_domain" and has_zero_sized_output(built):
+            continue
         try:
             outputs = run_variation(compilation, built, variation)
         except (NnError, AssertionError) as e:

@@ -7,7 +7,7 @@ from .enums import (DeviceType, ErrorStatus, ExecutionPreference, FusedActivatio
                     ResultCode)
 from .errors import NnError, invalid, result_code_for, status_for
 from .interfaces import (ExecutionCallback, IBuffer, IDevice, IFencedExecutionCallback, IPreparedModel)
-from .types import (BufferDesc, BufferRole, CacheHandles, Capabilities, DataLocation, DeviceInfo,
+from .types import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId, DataLocation, DeviceInfo,
                     MemoryHandle, MemoryPool, Model, Operand, OperandPerformance, Operation, OutputShape,
                     PerformanceInfo, Request, RequestArgument, Subgraph, SymmPerChannelQuantParams, Timing)
 

@@ -11,8 +11,12 @@ class HalVersion(enum.IntEnum):
     V1_1 = 11
     V1_2 = 12
     V1_3 = 13
+    #: The stable AIDL HAL (NNAPI feature level 6 and later): operations added after RANK.
+    AIDL = 20
 
     def __str__(self) -> str:
+        if self == HalVersion.AIDL:
+            return "AIDL"
         return f"{self.value // 10}.{self.value % 10}"
 
 
@@ -82,7 +86,8 @@ OPERAND_TYPE_OEM_MIN, OPERAND_TYPE_OEM_MAX = 10000, 10001
 
 
 class OperationType(enum.IntEnum):
-    """All 102 operation types of NN HAL 1.3 plus OEM_OPERATION; `.hal_version` tells where each appeared."""
+    """All 102 operation types of NN HAL 1.3, BATCH_MATMUL of the AIDL HAL (NNAPI feature level 6, which
+    TFLite models need), and OEM_OPERATION; `.hal_version` tells where each appeared."""
 
     ADD = 0
     AVERAGE_POOL_2D = 1
@@ -186,6 +191,7 @@ class OperationType(enum.IntEnum):
     HARD_SWISH = 99
     FILL = 100
     RANK = 101
+    BATCH_MATMUL = 102
     OEM_OPERATION = 10000
 
     @property
@@ -197,11 +203,15 @@ class OperationType(enum.IntEnum):
             return HalVersion.V1_1
         if self.value <= 94:
             return HalVersion.V1_2
-        return HalVersion.V1_3
+        if self.value <= 101:
+            return HalVersion.V1_3
+        return HalVersion.AIDL
 
 
-#: The valid ranges of operation types (`OperationTypeRange` in types.hal).
-OPERATION_TYPE_FUNDAMENTAL_MAX = 101
+#: The valid ranges of operation types (`OperationTypeRange` in types.hal: 0..101 there; BATCH_MATMUL,
+#: 102 in the AIDL HAL, extends the fundamental range here, so FUNDAMENTAL_MAX + 1 is still the first
+#: invalid code).
+OPERATION_TYPE_FUNDAMENTAL_MAX = 102
 OPERATION_TYPE_OEM_MIN = OPERATION_TYPE_OEM_MAX = 10000
 
 

@@ -4,6 +4,15 @@ Shaped like Android's single AIDL interface (no `_1_x` suffixes). Every argument
 result is plain data from `types` / `enums` (or a file descriptor), so each call can
 cross a process boundary. Failures raise `NnError`. Deadlines are absolute
 `time.monotonic_ns()` values; None (or NO_DEADLINE) means none.
+
+Quality of service: `prepare_model`, `prepare_model_from_cache` and the three execute calls also
+take an optional keyword `client` (a `ClientId`, the caller's user id; None: the calling process,
+or for executions the client that prepared the model). Drivers schedule per client; callers that
+do not need it (the in-process runtime) leave it out, so drivers without QoS need not accept it.
+Deadline and resource errors: MISSED_DEADLINE_PERSISTENT (passed at the call, or impossible even
+on an idle device), MISSED_DEADLINE_TRANSIENT (waiting work made it miss, or aborted while
+running), RESOURCE_EXHAUSTED_TRANSIENT (queue full), RESOURCE_EXHAUSTED_PERSISTENT (the model
+needs more than the driver has).
 """
 from __future__ import annotations
 
@@ -11,7 +20,7 @@ import abc
 from typing import Callable, Sequence
 
 from .enums import ErrorStatus, ExecutionPreference, MeasureTiming, Priority
-from .types import (BufferDesc, BufferRole, CacheHandles, Capabilities, DeviceInfo, MemoryHandle,
+from .types import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId, DeviceInfo, MemoryHandle,
                     Model, OutputShape, Request, Timing)
 
 #: Called once when an asynchronous execution ends: status, output shapes, timing.
@@ -41,18 +50,21 @@ class IPreparedModel(abc.ABC):
 
     @abc.abstractmethod
     def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,
-                loop_timeout_ns: int | None, callback: ExecutionCallback) -> None:
-        """Launch asynchronously; launch errors raise, run errors reach `callback`."""
+                loop_timeout_ns: int | None, callback: ExecutionCallback, *, client: ClientId | None = None) -> None:
+        """Launch asynchronously; launch errors (an invalid request) raise, everything else, a missed
+        deadline included, reaches `callback`."""
 
     @abc.abstractmethod
     def execute_synchronously(self, request: Request, measure: MeasureTiming, deadline: int | None,
-                              loop_timeout_ns: int | None) -> tuple[list[OutputShape], Timing]:
+                              loop_timeout_ns: int | None, *, client: ClientId | None = None
+                              ) -> tuple[list[OutputShape], Timing]:
         """Run to completion. OUTPUT_INSUFFICIENT_SIZE carries the shapes in `NnError.output_shapes`."""
 
     @abc.abstractmethod
     def execute_fenced(self, request: Request, wait_for: Sequence[int], measure: MeasureTiming,
                        deadline: int | None, loop_timeout_ns: int | None,
-                       timeout_after_fence_ns: int | None) -> tuple[int, IFencedExecutionCallback]:
+                       timeout_after_fence_ns: int | None, *, client: ClientId | None = None
+                       ) -> tuple[int, IFencedExecutionCallback]:
         """Run after every fence in `wait_for` (eventfd-style sync fences) is signalled.
 
         Returns a sync fence fd (-1 when already done) and a callback for status and timing.
@@ -80,12 +92,14 @@ class IDevice(abc.ABC):
 
     @abc.abstractmethod
     def prepare_model(self, model: Model, preference: ExecutionPreference, priority: Priority,
-                      deadline: int | None, cache: CacheHandles | None, token: bytes | None) -> IPreparedModel:
+                      deadline: int | None, cache: CacheHandles | None, token: bytes | None, *,
+                      client: ClientId | None = None) -> IPreparedModel:
         ...
 
     @abc.abstractmethod
-    def prepare_model_from_cache(self, deadline: int | None, cache: CacheHandles, token: bytes) -> IPreparedModel:
-        ...
+    def prepare_model_from_cache(self, deadline: int | None, cache: CacheHandles, token: bytes, *,
+                                 client: ClientId | None = None) -> IPreparedModel:
+        """The priority comes with the cache (Q2)."""
 
     @abc.abstractmethod
     def allocate(self, desc: BufferDesc, prepared_models: Sequence[IPreparedModel],

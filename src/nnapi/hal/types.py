@@ -217,3 +217,20 @@ class DeviceInfo:
     version: str
     type: DeviceType
     feature_level: int = 30
+
+
+@dataclass(frozen=True)
+class ClientId:
+    """Who calls a driver: the app's user id (Android's calling uid), which QoS schedules by (Q5).
+
+    HAL calls take it as an optional `client` keyword; None means the calling process's uid. A
+    driver service in another process fills it in from the connection's peer credentials.
+    """
+
+    uid: int
+
+    @staticmethod
+    def current() -> "ClientId":
+        """The calling process's identity."""
+        import os
+        return ClientId(os.getuid())

@@ -1,6 +1,13 @@
-"""Shared memory: memfd-backed `ashmem`, `mmap_fd` regions, and bounds-checked mapping of pools."""
-from .pools import (MappedPool, allocate_ashmem, close_handle, dup_handle, map_handle, map_pool,
-                    mmap_fd_handle)
+"""Shared memory and the drivers' memory toolkit: memfd-backed `ashmem`, `mmap_fd` regions,
+emulated hardware buffers (BLOB and non-BLOB), bounds-checked mapping of pools, and memory
+domains (driver-managed buffers: `domains`)."""
+from .hardware_buffer import (HardwareBuffer, HardwareBufferDesc, HardwareBufferFormat, HardwareBufferUsage,
+                              MappedImage, can_map, decode_hardware_buffer, is_hardware_buffer,
+                              map_hardware_buffer, mappable_constant_flags)
+from .pools import (MappedPool, allocate_ashmem, close_handle, dup_handle, is_sealed, map_handle, map_pool,
+                    mmap_fd_handle, seal_handle)
 
-__all__ = ["MappedPool", "allocate_ashmem", "close_handle", "dup_handle", "map_handle", "map_pool",
-           "mmap_fd_handle"]
+__all__ = ["HardwareBuffer", "HardwareBufferDesc", "HardwareBufferFormat", "HardwareBufferUsage", "MappedImage",
+           "MappedPool", "allocate_ashmem", "can_map", "close_handle", "decode_hardware_buffer", "dup_handle",
+           "is_hardware_buffer", "is_sealed", "map_handle", "map_hardware_buffer", "map_pool", "mappable_constant_flags",
+           "mmap_fd_handle", "seal_handle"]

@@ -1,10 +1,13 @@
-"""Creating and mapping memory handles (M3/M4): `ashmem` as memfd + mmap, `mmap_fd` from any fd.
+"""Creating and mapping memory handles (M3/M4): `ashmem` as memfd + mmap, `mmap_fd` from any fd,
+and (through `hardware_buffer`) BLOB and non-BLOB hardware buffers.
 
 A handle is plain data (fds + ints + size) so it can cross a process boundary. Mapping checks
-bounds and returns a `MappedPool` whose `view(offset, length)` is a zero-copy memoryview.
+bounds and returns a `MappedPool` whose `view(offset, length)` is a zero-copy memoryview;
+`write` / `write_bytes` are the one way drivers store into a pool (so strided images work too).
 """
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 
@@ -16,10 +19,10 @@ PROT_READ, PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
 
 
 def allocate_ashmem(size: int, name: str = "nnapi") -> MemoryHandle:
-    """New anonymous shared memory of `size` bytes (a memfd), zero-filled."""
+    """New anonymous shared memory of `size` bytes (a memfd, sealable with `seal_handle`), zero-filled."""
     if size <= 0:
         raise NnError(ErrorStatus.INVALID_ARGUMENT, f"ashmem size must be positive, got {size}")
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, size)
     except OSError:
@@ -34,6 +37,31 @@ def mmap_fd_handle(fd: int, offset: int, size: int, prot: int = PROT_READ | PROT
         raise NnError(ErrorStatus.INVALID_ARGUMENT, f"mmap_fd needs fd >= 0, offset >= 0, size > 0 "
                                                      f"(got fd {fd}, offset {offset}, size {size})")
     return MemoryHandle("mmap_fd", (os.dup(fd),), (prot, offset & 0xFFFFFFFF, offset >> 32), size)
+
+
+_SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL
+
+
+def seal_handle(handle: MemoryHandle) -> None:
+    """Seal an `ashmem` memfd once written: no more writes, no resizing, by anyone holding it.
+
+    Fails (BAD_STATE-like GENERAL_FAILURE) while a writable mapping of it is still alive.
+    """
+    if handle.name != "ashmem" or len(handle.fds) != 1:
+        raise NnError(ErrorStatus.INVALID_ARGUMENT, f"only ashmem can be sealed, not {handle.name!r}")
+    try:
+        fcntl.fcntl(handle.fds[0], fcntl.F_ADD_SEALS, _SEALS)
+    except OSError as e:
+        raise NnError(ErrorStatus.GENERAL_FAILURE, f"cannot seal the ashmem: {e.strerror} (a writable "
+                                                   "mapping may still be alive)") from None
+
+
+def is_sealed(handle: MemoryHandle) -> bool:
+    """True when the handle's memfd is sealed against writes."""
+    try:
+        return bool(fcntl.fcntl(handle.fds[0], fcntl.F_GET_SEALS) & fcntl.F_SEAL_WRITE)
+    except (OSError, IndexError, TypeError):
+        return False
 
 
 def dup_handle(handle: MemoryHandle) -> MemoryHandle:
@@ -67,14 +95,35 @@ class MappedPool:
         """A numpy view of a region (no copy)."""
         return np.frombuffer(self.view(offset, length), dtype=dtype).reshape(shape)
 
+    def _check_writable(self) -> None:
+        if not self.writable:
+            raise NnError(ErrorStatus.INVALID_ARGUMENT, "the pool is read-only and cannot receive data")
+
+    def write(self, offset: int, value: np.ndarray) -> None:
+        """Store an array's bytes at `offset` (bounds-checked; one copy, straight into the mapping)."""
+        self._check_writable()
+        value = np.asarray(value)
+        dst = np.frombuffer(self.view(offset, value.nbytes), dtype=value.dtype).reshape(value.shape)
+        np.copyto(dst, value)
+
+    def write_bytes(self, offset: int, data) -> None:
+        """Store raw bytes at `offset` (bounds-checked)."""
+        self._check_writable()
+        src = memoryview(data).cast("B")
+        self.view(offset, src.nbytes)[:] = src
+
 
 def map_handle(handle: MemoryHandle) -> MappedPool:
     """Map a shared-memory handle; GENERAL_FAILURE for kinds or handles that cannot be mapped (M5)."""
+    if handle.name in ("hardware_buffer_blob", "hardware_buffer"):
+        from .hardware_buffer import map_hardware_buffer
+        return map_hardware_buffer(handle)
     try:
         if handle.name == "ashmem":
             (fd,) = handle.fds
-            m = mmap.mmap(fd, handle.size, mmap.MAP_SHARED, PROT_READ | PROT_WRITE)
-            return MappedPool(memoryview(m), m)
+            writable = not is_sealed(handle)
+            m = mmap.mmap(fd, handle.size, mmap.MAP_SHARED, PROT_READ | (PROT_WRITE if writable else 0))
+            return MappedPool(memoryview(m), m, writable=writable)
         if handle.name == "mmap_fd":
             (fd,) = handle.fds
             prot, lo, hi = handle.ints

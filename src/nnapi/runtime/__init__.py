@@ -4,6 +4,7 @@ from .compilation import Compilation
 from .devices import Device, devices, find_device, register_device
 from .execution import Event, Execution
 from .memory import Memory
+from .memory_desc import MemoryDesc
 from .model import Model
 
 
@@ -15,4 +16,4 @@ def model_token(model: Model) -> bytes:
 
 
 __all__ = ["CacheOutcome", "Compilation", "Device", "devices", "find_device", "register_device", "Event",
-           "Execution", "Memory", "Model", "model_token"]
+           "Execution", "Memory", "MemoryDesc", "Model", "model_token"]

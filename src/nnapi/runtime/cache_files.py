@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
+import time
 
 import xxhash
 from dataclasses import dataclass
@@ -92,6 +93,17 @@ def open_cache_files(paths: tuple[list[str], list[str]], create: bool) -> CacheH
         return None
     n = len(paths[0])
     return CacheHandles(tuple(fds[:n]), tuple(fds[n:]))
+
+
+def mark_used(handles: CacheHandles) -> None:
+    """Set the access time of cache files to now (their modification time kept), so that `nnapi cache prune
+    --max-size` can drop the least recently used entries whatever the file system's atime policy."""
+    now = time.time_ns()
+    for fd in (*handles.model_cache, *handles.data_cache):
+        try:
+            os.utime(fd, ns=(now, os.fstat(fd).st_mtime_ns))
+        except OSError:
+            pass
 
 
 def close_cache_files(handles: CacheHandles | None) -> None:

@@ -7,14 +7,39 @@ from typing import Sequence
 
 import numpy as np
 
-from ..hal import (BYTE_SIZE_OF_CACHE_TOKEN, ExecutionPreference, NnError, Priority, ResultCode)
+from ..hal import (BYTE_SIZE_OF_CACHE_TOKEN, NO_DEADLINE, ErrorStatus, ExecutionPreference, NnError, Priority,
+                   ResultCode)
 from .cache_files import (CacheOutcome, cache_paths, close_cache_files, content_fingerprint, device_token,
-                          open_cache_files)
+                          mark_used, open_cache_files)
 from .devices import Device, devices as all_devices, find_device
 from .model import Model
 from .partitioner import Step, partition
 
 _NDK_PRIORITY = {90: Priority.LOW, 100: Priority.MEDIUM, 110: Priority.HIGH}
+
+
+_MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+
+
+def timeout_ns(seconds: float | None, what: str) -> int | None:
+    """A timeout in seconds as nanoseconds; None for none (None, 0 or infinity). BAD_DATA when negative
+    or not a number."""
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+        raise NnError(ResultCode.BAD_DATA, f"{what}: invalid timeout {seconds!r} (seconds, >= 0)")
+    if seconds == 0 or seconds == float("inf"):
+        return None
+    return min(int(seconds * 1e9), NO_DEADLINE)
+
+
+def deadline_after(ns: int | None) -> int | None:
+    """The absolute deadline `ns` from now on the monotonic clock; None when there is no timeout or the
+    sum would reach the largest value (clamped, as Android's makeDeadline does, so it cannot overflow)."""
+    if ns is None:
+        return None
+    deadline = time.monotonic_ns() + ns
+    return None if deadline >= NO_DEADLINE else deadline
 
 
 def _priority(value) -> Priority:
@@ -77,11 +102,11 @@ class Compilation:
         self.token = None if token is None else bytes(token)
 
     def set_timeout(self, timeout: float | None) -> None:
-        """Compile timeout in seconds (None or 0: none)."""
+        """Compile timeout in seconds (None or 0: none). Unlike Android it also works with several
+        devices: every partition is prepared against the same absolute deadline."""
         self._check_open("set_timeout")
-        if timeout is not None and (not isinstance(timeout, (int, float)) or timeout < 0):
-            raise NnError(ResultCode.BAD_DATA, f"Compilation: invalid timeout {timeout!r}")
-        self.timeout = timeout or None
+        self._timeout_ns = timeout_ns(timeout, "Compilation.set_timeout")
+        self.timeout = None if self._timeout_ns is None else timeout
 
     # --- finish -------------------------------------------------------------------------------
     @property
@@ -91,13 +116,13 @@ class Compilation:
     def finish(self) -> "Compilation":
         self._check_open("finish")
         start = time.perf_counter()
-        deadline = None if self.timeout is None else time.monotonic_ns() + int(self.timeout * 1e9)
+        deadline = deadline_after(self._timeout_ns)  # one absolute deadline for every step
         hal_model = self.model.to_hal()
         try:
             self.steps = partition(self._devices, hal_model, self.preference)
             for step in self.steps:
                 self._prepare(step, deadline, compound=len(self.steps) > 1)
-        except NnError as e:
+        except NnError as e:  # a missed deadline never falls back: another device would miss it too
             reference = next((d for d in all_devices() if d.name == "reference"), None)
             fallback = (not self._explicit and e.code not in (ResultCode.BAD_DATA, ResultCode.UNEXPECTED_NULL)
                         and reference is not None and e.status.name.startswith(("GENERAL", "DEVICE")))
@@ -131,8 +156,11 @@ class Compilation:
             try:
                 step.prepared = driver.prepare_model_from_cache(deadline, handles, token)
                 step.cache = CacheOutcome(device.name, "hit")
+                mark_used(handles)
                 return
             except NnError as e:
+                if e.status in _MISSED:  # out of time: a full compile would only miss it again
+                    raise
                 reason = f"rejected by {device.name}: {e.message}"
             finally:
                 close_cache_files(handles)

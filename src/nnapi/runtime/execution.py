@@ -1,7 +1,9 @@
 """`Execution` and `Event`: bind inputs and outputs, run the compiled plan step by step.
 
 Numpy arguments are handed to in-process drivers in place (pointer pools, no copy); `Memory`
-arguments are referenced as shared-memory pools. Temporaries between steps are numpy arrays
+arguments are referenced in place: shared memory as pools (region of the app's choosing; a
+non-BLOB hardware buffer whole), memory from a `MemoryDesc` as the driver-managed buffer's token
+(or its fallback pool), only in its declared roles. Temporaries between steps are numpy arrays
 passed the same way. Unknown output sizes come back in `OutputShape`s; a too-small output buffer
 gives OUTPUT_INSUFFICIENT_SIZE and `get_output_shape` tells the size needed.
 """
@@ -9,7 +11,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -19,7 +20,7 @@ from .. import hal
 from ..hal import (DataLocation, ErrorStatus, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, MeasureTiming,
                    MemoryPool, NnError, OutputShape, Request, RequestArgument, ResultCode, Timing)
 from ..ops import numpy_dtype
-from .compilation import Compilation
+from .compilation import Compilation, deadline_after, timeout_ns
 from .memory import Memory
 from .partitioner import Step
 
@@ -105,6 +106,10 @@ class Execution:
             if operand.is_fully_specified:
                 return operand.dimensions
             dims = fallback
+        if not isinstance(dims, (tuple, list, np.ndarray)) or not all(
+                isinstance(d, (int, np.integer)) and not isinstance(d, bool) and 0 <= d < 2**32 for d in dims):
+            raise NnError(ResultCode.BAD_DATA, f"Execution: {io} {index} dimensions must be non-negative integers, "
+                                               f"got {dims!r}")
         dims = tuple(int(d) for d in dims)
         if operand.dimensions and (len(dims) != len(operand.dimensions) or any(
                 o and d != o for d, o in zip(dims, operand.dimensions))):
@@ -131,6 +136,8 @@ class Execution:
         """Bind output `index` to a writable, contiguous numpy array of the operand's dtype."""
         self._check_settable("set_output")
         operand = self._operand("output", index)
+        if buffer is None:
+            raise NnError(ResultCode.UNEXPECTED_NULL, f"Execution.set_output: output {index} buffer is None")
         if not isinstance(buffer, np.ndarray) or not buffer.flags.c_contiguous or not buffer.flags.writeable:
             raise NnError(ResultCode.BAD_DATA, f"Execution.set_output: output {index} needs a writable contiguous "
                                                "numpy array")
@@ -145,14 +152,42 @@ class Execution:
 
     def _set_from_memory(self, io: str, index: int, memory: Memory, offset: int, length: int,
                          dimensions: Sequence[int] | None) -> None:
+        what = f"Execution.set_{io}_from_memory {io} {index}"
         self._check_settable(f"set_{io}_from_memory")
         operand = self._operand(io, index)
+        if memory is None:
+            raise NnError(ResultCode.UNEXPECTED_NULL, f"{what}: memory is None")
         if not isinstance(memory, Memory):
-            raise NnError(ResultCode.UNEXPECTED_NULL, f"Execution: {io} {index} memory is not a Memory")
-        if offset == 0 and length == 0:
-            length = memory.size - offset
-        memory.check_region(offset, length, f"Execution.set_{io}_from_memory {io} {index}")
+            raise NnError(ResultCode.BAD_DATA, f"{what}: expected a Memory, got {type(memory).__name__}")
+        slots = self._inputs if io == "input" else self._outputs
+        if slots[index] is not None:
+            raise NnError(ResultCode.BAD_STATE, f"Execution: {io} {index} is already set")
+        validator = memory._validator
+        if validator is not None or memory.is_image:
+            # Memory from a MemoryDesc and non-BLOB hardware buffers are used whole.
+            if offset != 0 or length != 0:
+                kind = "memory from a MemoryDesc" if validator is not None else "a non-BLOB hardware buffer"
+                raise NnError(ResultCode.BAD_DATA, f"{what}: offset and length must both be 0 for {kind} "
+                                                   f"(got {offset}, {length})")
+            dims = self._dims(io, index, operand, dimensions, operand.dimensions)
+            if validator is None and io == "input" and not operand.type.is_scalar and not (dims and all(dims)):
+                raise NnError(ResultCode.BAD_DATA, f"{what}: the operand's dimensions {list(operand.dimensions)} "
+                                                   "are not fully specified, so the input needs its dimensions")
+            if validator is not None:
+                if not validator.has_role(self.compilation, io, index):
+                    raise NnError(ResultCode.BAD_DATA, f"{what}: the memory has no role as {io} {index} of this "
+                                                       "compilation")
+                if not validator.compatible(dims):
+                    raise NnError(ResultCode.BAD_DATA, f"{what}: dimensions {list(dims)} are incompatible with the "
+                                                       f"memory's {list(validator.initial_dims)}")
+            self._bind(io, index, _Arg(memory=memory, offset=0, length=memory.size,
+                                       dims=dims if dims and all(dims) else ()))
+            return
+        memory.check_sized_region(offset, length, what)
         dims = self._dims(io, index, operand, dimensions, operand.dimensions)
+        if io == "input" and not operand.type.is_scalar and not (dims and all(dims)):
+            raise NnError(ResultCode.BAD_DATA, f"{what}: the operand's dimensions {list(operand.dimensions)} are "
+                                               "not fully specified, so the input needs its dimensions")
         if (io == "input" or operand.is_fully_specified) and all(dims) and length != operand.byte_size(dims):
             raise NnError(ResultCode.BAD_DATA, f"Execution.set_{io}_from_memory: {io} {index} length {length} "
                                                f"does not match {operand.byte_size(dims)} bytes")
@@ -171,29 +206,33 @@ class Execution:
         self._measure = bool(measure)
 
     def set_timeout(self, seconds: float | None) -> None:
-        """Execution timeout in seconds (None or 0: none)."""
+        """Execution timeout in seconds (None, 0 or infinity: none). It becomes one absolute deadline
+        when the computation starts, sent to every step (partitioned compilations too). A driver
+        refuses or aborts work that misses it: MISSED_DEADLINE_PERSISTENT / _TRANSIENT."""
         self._check_settable("set_timeout")
-        if seconds is not None and seconds < 0:
-            raise NnError(ResultCode.BAD_DATA, f"Execution.set_timeout: negative timeout {seconds}")
-        self._timeout_ns = int(seconds * 1e9) if seconds else None
+        self._timeout_ns = timeout_ns(seconds, "Execution.set_timeout")
 
     def set_loop_timeout(self, seconds: float) -> None:
         """Timeout of each WHILE loop; default 2 s, values above 15 s are clamped to 15 s."""
         self._check_settable("set_loop_timeout")
-        if seconds < 0:
-            raise NnError(ResultCode.BAD_DATA, f"Execution.set_loop_timeout: negative timeout {seconds}")
-        self._loop_timeout_ns = min(int(seconds * 1e9), LOOP_TIMEOUT_MAXIMUM_NS)
+        if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
+            raise NnError(ResultCode.BAD_DATA, f"Execution.set_loop_timeout: invalid timeout {seconds!r}")
+        self._loop_timeout_ns = int(min(seconds * 1e9, LOOP_TIMEOUT_MAXIMUM_NS))
 
     # --- running ----------------------------------------------------------------------------------
-    def compute(self) -> None:
-        """Run synchronously; raises NnError on failure."""
+    def compute(self, timeout: float | None = None) -> None:
+        """Run synchronously; raises NnError on failure. `timeout` (seconds) is `set_timeout` for this run."""
+        if timeout is not None:
+            self.set_timeout(timeout)
         self._start("compute")
         self._finish(self._guarded_run())
         if self._result is not None:
             raise self._result
 
-    def start_compute(self) -> Event:
-        """Run asynchronously; the returned Event's `wait` reports the outcome."""
+    def start_compute(self, timeout: float | None = None) -> Event:
+        """Run asynchronously; the returned Event's `wait` reports the outcome (`timeout` as in `compute`)."""
+        if timeout is not None:
+            self.set_timeout(timeout)
         self._start("start_compute")
         event = Event()
 
@@ -211,11 +250,36 @@ class Execution:
             for k, arg in enumerate(slots):
                 if arg is None:
                     raise NnError(ResultCode.BAD_DATA, f"Execution.{what}: {io} {k} is not set")
+        # Memory from a MemoryDesc as an input: initialized, with the dimensions last written.
+        for k, arg in enumerate(self._inputs):
+            validator = None if arg.memory is None else arg.memory._validator
+            if validator is None:
+                continue
+            operand = self._operand("input", k)
+            dims = arg.dims or (operand.dimensions if operand.is_fully_specified else ())
+            problem = validator.check_input(dims)
+            if problem:
+                raise NnError(ResultCode.OP_FAILED, f"Execution.{what}: input {k}: {problem}")
+            if not arg.dims and not operand.is_fully_specified:
+                arg.dims = validator.updated_dims
+                if not arg.memory.is_device:
+                    arg.length = operand.byte_size(arg.dims)
         self._started = True
         self._state = "computing"
 
     def _finish(self, error: NnError | None) -> None:
         self._result = error
+        # Memory from a MemoryDesc written as an output: initialized with the new dimensions on
+        # success, uninitialized after a failure.
+        for k, arg in enumerate(self._outputs):
+            validator = None if arg.memory is None else arg.memory._validator
+            if validator is None:
+                continue
+            if error is None:
+                shape = self._output_shapes[k] if self._output_shapes else None
+                validator.written(None if shape is None else shape.dimensions)
+            else:
+                validator.set_initialized(False)
         self._state = "completed"
 
     def _guarded_run(self) -> NnError | None:
@@ -228,7 +292,7 @@ class Execution:
             return NnError(ErrorStatus.GENERAL_FAILURE, f"execution failed: {type(e).__name__}: {e}")
 
     def _run_plan(self) -> None:
-        deadline = None if self._timeout_ns is None else time.monotonic_ns() + self._timeout_ns
+        deadline = deadline_after(self._timeout_ns)  # the same absolute deadline for every step
         steps = self.compilation.steps
         main_in = {o: k for k, o in enumerate(self._main.input_indexes)}
         main_out = {o: k for k, o in enumerate(self._main.output_indexes)}
@@ -254,7 +318,10 @@ class Execution:
                 if arg.omitted:
                     return RequestArgument(has_no_value=True)
                 if arg.memory is not None:
-                    p = pool_index(arg.memory, arg.memory.pool)
+                    memory = arg.memory
+                    p = pool_index(memory, memory.pool)
+                    if memory.is_device or memory.is_image:  # used whole: offset = length = 0
+                        return RequestArgument(False, DataLocation(p, 0, 0), arg.dims)
                     return RequestArgument(False, DataLocation(p, arg.offset, arg.length), arg.dims)
                 flat = arg.array.reshape(-1)
                 p = pool_index(arg.array, MemoryPool(pointer=flat))

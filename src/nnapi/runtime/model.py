@@ -14,7 +14,7 @@ import numpy as np
 from .. import hal
 from ..hal import (MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, DataLocation, NnError, OperandLifeTime,
                    OperandType, OperationType, ResultCode, SymmPerChannelQuantParams)
-from ..memory import allocate_ashmem, map_handle
+from ..memory import allocate_ashmem
 from ..ops import numpy_dtype
 from .memory import Memory
 
@@ -122,7 +122,7 @@ class Model:
             self._memories.append(memory)
         self._large.pop(index, None)
         operand.lifetime = OperandLifeTime.CONSTANT_REFERENCE
-        operand.location = DataLocation(1 + self._memories.index(memory), offset, length)
+        operand.location = DataLocation(1 + self._memories.index(memory), offset, length)  # re-based in _build
 
     def set_operand_value_from_model(self, index: int, model: "Model") -> None:
         """Make operand `index` (type SUBGRAPH) refer to a finished model, for IF and WHILE."""
@@ -197,20 +197,23 @@ class Model:
     def _build(self) -> hal.Model:
         """The HAL model: consumer counts, lifetimes of inputs/outputs, the shared pool, referenced graphs."""
         pools: list[hal.MemoryPool] = []
+        operands = [dataclasses.replace(o) for o in self._operands]
+        # Pool 0 is the shared pool of large values when there are any; the app's memories follow.
+        shift = 1 if self._large else 0
+        for index, o in enumerate(operands):
+            if o.lifetime == OperandLifeTime.CONSTANT_REFERENCE and index not in self._large:
+                o.location = DataLocation(o.location.pool_index - 1 + shift, o.location.offset, o.location.length)
         if self._large:
             total = sum(len(d) + _ALIGN for d in self._large.values())
             self._pool_memory = Memory(allocate_ashmem(total, "nnapi-constants"))
             pools.append(self._pool_memory.pool)
-        else:
-            pools.append(hal.MemoryPool(handle=allocate_ashmem(1, "nnapi-empty")))
+            mapped = self._pool_memory.mapped()
+            offset = 0
+            for index, data in self._large.items():
+                mapped.view(offset, len(data))[:] = data
+                operands[index].location = DataLocation(0, offset, len(data))
+                offset += len(data) + (-len(data) % _ALIGN)
         pools.extend(m.pool for m in self._memories)
-        mapped = map_handle(pools[0].handle)
-        offset = 0
-        operands = [dataclasses.replace(o) for o in self._operands]
-        for index, data in self._large.items():
-            mapped.view(offset, len(data))[:] = data
-            operands[index].location = DataLocation(0, offset, len(data))
-            offset += len(data) + (-len(data) % _ALIGN)
         for o in operands:
             o.number_of_consumers = 0
         for op in self._operations:

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..hal import OperandLifeTime, Operation, OperationType, Subgraph, invalid
+from ..hal.enums import OPERATION_TYPE_FUNDAMENTAL_MAX, OPERATION_TYPE_OEM_MIN
 from .operands import as_enum
 from .pools import is_int
 
@@ -50,7 +51,8 @@ def check_operations(prefix: str, subgraph: Subgraph) -> list[OperationType]:
         op_type = as_enum(OperationType, op.type)
         label = operation_label(prefix, i, op_type if op_type is not None else op.type)
         if op_type is None:
-            raise invalid(f"{label}: invalid operation type {op.type!r} (valid types are 0..101 and 10000)")
+            raise invalid(f"{label}: invalid operation type {op.type!r} (valid types are "
+                          f"0..{OPERATION_TYPE_FUNDAMENTAL_MAX} and {OPERATION_TYPE_OEM_MIN})")
         for kind, indexes in (("input", op.inputs), ("output", op.outputs)):
             if not isinstance(indexes, (tuple, list)):
                 raise invalid(f"{label}: {kind}s must be a sequence of operand indexes")

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..hal import (Model, NnError, OperandLifeTime, OperandType, Operation, OperationType,
+from ..hal import (ErrorStatus, Model, NnError, OperandLifeTime, OperandType, Operation, OperationType,
                    Subgraph, invalid)
 from ..memory import MappedPool, map_pool
 from ..ops import OpContext, Tensor, UnknownValue, find_operation, numpy_dtype
@@ -31,7 +31,7 @@ class ConstantReader:
 
     def __init__(self, model: Model) -> None:
         self._model = model
-        self._pools: dict[int, MappedPool] = {}
+        self._pools: dict[int, MappedPool | None] = {}
 
     def value(self, operand: Any) -> np.ndarray | None:
         """The value of a CONSTANT_COPY / CONSTANT_REFERENCE / SUBGRAPH operand, else None."""
@@ -42,7 +42,10 @@ class ConstantReader:
         if lifetime == L.CONSTANT_COPY:
             buffer = memoryview(self._model.operand_values)[loc.offset:loc.offset + loc.length]
         elif lifetime == L.CONSTANT_REFERENCE:
-            buffer = self._pool(loc.pool_index).view(loc.offset, loc.length)
+            pool = self._pool(loc.pool_index)
+            if pool is None:
+                return None  # memory this process cannot access: the value is unknown here (M5)
+            buffer = pool.view(loc.offset, loc.length)
         else:
             return None
         op_type = OperandType(operand.type)
@@ -55,12 +58,15 @@ class ConstantReader:
         array.flags.writeable = False
         return array
 
-    def _pool(self, index: int) -> MappedPool:
+    def _pool(self, index: int) -> MappedPool | None:
         if index not in self._pools:
             try:
                 self._pools[index] = map_pool(self._model.pools[index])
             except NnError as e:
-                raise invalid(f"model pool {index}: {e.message}") from None
+                if e.status == ErrorStatus.GENERAL_FAILURE:  # a valid handle the CPU cannot map
+                    self._pools[index] = None
+                else:
+                    raise invalid(f"model pool {index}: {e.message}") from None
         return self._pools[index]
 
 

@@ -3,25 +3,50 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import time
+import threading
 
 from ..._version import __version__
-from ...hal import (BufferDesc, CacheHandles, Capabilities, DeviceInfo, DeviceType, ErrorStatus,
-                    ExecutionPreference, IDevice, Model, NnError, OperandLifeTime, OperandPerformance,
-                    OperandType, Operation, OperationType, PerformanceInfo, Priority, Subgraph)
-from ...hal.constants import NO_DEADLINE
+from ...hal import (BufferDesc, CacheHandles, Capabilities, ClientId, DataLocation, DeviceInfo, DeviceType,
+                    ErrorStatus, ExecutionPreference, IDevice, Model, NnError, Operand, OperandLifeTime,
+                    OperandPerformance, OperandType, Operation, OperationType, PerformanceInfo, Priority, Subgraph)
 from ...ops import find_operation
+from ...memory import mappable_constant_flags
 from ...caching import CachingEngine, IntegrityRegistry, load_artifacts, save_artifacts
+from ...qos import Calibration, DurationStats, Scheduler, Ticket, calibrate, estimate_peak_bytes, model_cost_ns
 from ...validation import validate_model, validate_preference, validate_priority
 from . import cache
-from .prepared_model import ReferencePreparedModel
+from .prepared_model import ReferencePreparedModel, client_uid
 
 NAME = "reference"
 
 
-def _check_deadline(deadline: int | None, what: str) -> None:
-    if deadline is not None and deadline < NO_DEADLINE and time.monotonic_ns() > deadline:
-        raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"deadline had passed when {what} started")
+_calibration_lock = threading.Lock()
+_calibration: Calibration | None = None
+
+
+def calibration() -> Calibration:
+    """The cost model of this machine, measured once per process before any run: the interpreter's
+    own cost per operation (a chain of 1-element ADDs) and numpy's element and MAC speeds."""
+    global _calibration
+    with _calibration_lock:
+        if _calibration is None:
+            import numpy as np
+            from .interpreter import SubgraphPlan
+            n = 16
+            f32, tmp = OperandType.TENSOR_FLOAT32, OperandLifeTime.TEMPORARY_VARIABLE
+            operands = [Operand(f32, (1,), lifetime=OperandLifeTime.SUBGRAPH_INPUT),
+                        Operand(OperandType.INT32, (), lifetime=OperandLifeTime.CONSTANT_COPY,
+                                location=DataLocation(0, 0, 4))]
+            operations = []
+            for k in range(n):
+                operands.append(Operand(f32, (1,), lifetime=OperandLifeTime.SUBGRAPH_OUTPUT if k == n - 1 else tmp))
+                operations.append(Operation(OperationType.ADD, (len(operands) - 2 if k else 0, 0, 1),
+                                            (len(operands) - 1,)))
+            probe = Model(Subgraph(operands, operations, (0,), (len(operands) - 1,)), operand_values=bytes(4))
+            plan = SubgraphPlan(probe, probe.main, [])
+            x = np.ones(1, np.float32)
+            _calibration = calibrate(lambda: plan.run({0: x}), n)
+        return _calibration
 
 
 def _supported(model: Model, op: Operation) -> bool:
@@ -49,9 +74,23 @@ class ReferenceDevice(IDevice):
     Options: `jit` (or NNAPI_REFERENCE_JIT=1) builds the plan at the first execution and writes the
     cache then; `engine` (or NNAPI_REFERENCE_ENGINE=1) caches compilations made without app caching
     information in the driver's own caching engine.
+
+    Quality of service (`nnapi.qos`): every preparation and execution goes through `scheduler`
+    (default: `workers` slots, or NNAPI_REFERENCE_WORKERS, else the CPU count; `queue_capacity`
+    waiting tasks). `memory_limit_bytes` (or NNAPI_REFERENCE_MEMORY_LIMIT): a model whose estimated
+    peak memory is larger is refused at preparation with RESOURCE_EXHAUSTED_PERSISTENT.
     """
 
-    def __init__(self, *, jit: bool | None = None, engine: bool | None = None) -> None:
+    def __init__(self, *, jit: bool | None = None, engine: bool | None = None,
+                 memory_limit_bytes: int | None = None, workers: int | None = None, queue_capacity: int = 256,
+                 scheduler: Scheduler | None = None) -> None:
+        limit = os.environ.get("NNAPI_REFERENCE_MEMORY_LIMIT", "").strip()
+        self.memory_limit_bytes = memory_limit_bytes if memory_limit_bytes is not None else (
+            int(limit) if limit.isdigit() else None)
+        env_workers = os.environ.get("NNAPI_REFERENCE_WORKERS", "").strip()
+        self.scheduler = scheduler if scheduler is not None else Scheduler(
+            workers if workers is not None else (int(env_workers) if env_workers.isdigit() else None),
+            queue_capacity)
         self.jit = _flag("NNAPI_REFERENCE_JIT") if jit is None else jit
         version = self.get_info().version
         self.registry = IntegrityRegistry(NAME, version)
@@ -69,14 +108,16 @@ class ReferenceDevice(IDevice):
 
     def get_supported_operations(self, model: Model) -> list[bool]:
         validate_model(model)
-        return [_supported(model, op) for op in model.main.operations]
+        mappable = mappable_constant_flags(model)  # M5: a constant whose handle cannot be mapped is unsupported
+        return [_supported(model, op) and ok for op, ok in zip(model.main.operations, mappable)]
 
     def get_number_of_cache_files_needed(self) -> tuple[int, int]:
         return cache.NUM_MODEL_CACHE, cache.NUM_DATA_CACHE
 
     def prepare_model(self, model: Model, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
                       priority: Priority = Priority.MEDIUM, deadline: int | None = None,
-                      cache_handles: CacheHandles | None = None, token: bytes | None = None) -> ReferencePreparedModel:
+                      cache_handles: CacheHandles | None = None, token: bytes | None = None, *,
+                      client: ClientId | None = None) -> ReferencePreparedModel:
         validate_model(model)
         validate_preference(preference)
         validate_priority(priority)
@@ -85,7 +126,12 @@ class ReferenceDevice(IDevice):
         if unsupported:
             raise NnError(ErrorStatus.INVALID_ARGUMENT,
                           f"the reference driver does not implement operations {', '.join(unsupported)}")
-        _check_deadline(deadline, "preparation")
+        self._check_memory(model)
+        ticket = self._submit(client, Priority(priority), deadline, "preparation")
+        return self._bind(ticket, ticket.run(lambda: self._prepare(model, preference, priority, cache_handles, token)))
+
+    def _prepare(self, model: Model, preference, priority, cache_handles: CacheHandles | None,
+                 token: bytes | None) -> ReferencePreparedModel:
         preference, priority = ExecutionPreference(preference), Priority(priority)
         has_cache = cache_handles is not None and token is not None and (
             cache_handles.model_cache or cache_handles.data_cache)
@@ -105,7 +151,7 @@ class ReferenceDevice(IDevice):
         try:
             save_artifacts(handles, token, self.registry, self.get_number_of_cache_files_needed(),
                            *_split(cache.to_artifacts(model, preference, priority)))
-        except (OSError, NnError, sqlite3.Error):
+        except (OSError, NnError, sqlite3.Error, ValueError, TypeError):
             pass
 
     def _prepare_with_engine(self, model: Model, preference, priority) -> ReferencePreparedModel:
@@ -121,9 +167,15 @@ class ReferenceDevice(IDevice):
             pass
         return ReferencePreparedModel(model, preference, priority)
 
-    def prepare_model_from_cache(self, deadline: int | None, cache_handles: CacheHandles,
-                                 token: bytes) -> ReferencePreparedModel:
-        _check_deadline(deadline, "preparation from cache")
+    def prepare_model_from_cache(self, deadline: int | None, cache_handles: CacheHandles, token: bytes, *,
+                                 client: ClientId | None = None) -> ReferencePreparedModel:
+        # The priority is in the cache (Q2): the preparation itself queues at the default.
+        ticket = self._submit(client, Priority.MEDIUM, deadline, "preparation from cache")
+        prepared = ticket.run(lambda: self._prepare_from_cache(cache_handles, token))
+        self._check_memory(prepared.model)
+        return self._bind(ticket, prepared)
+
+    def _prepare_from_cache(self, cache_handles: CacheHandles, token: bytes) -> ReferencePreparedModel:
         try:
             (model_blob,), (data_blob,) = load_artifacts(cache_handles, token, self.registry,
                                                          self.get_number_of_cache_files_needed())
@@ -135,8 +187,31 @@ class ReferenceDevice(IDevice):
         except NnError as e:
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"cached model cannot be planned: {e.message}") from None
 
+    # --- quality of service ------------------------------------------------------------------------
+    def _submit(self, client: ClientId | None, priority: Priority, deadline: int | None, label: str) -> Ticket:
+        """Admission of a preparation: refused at once when the deadline has passed (PERSISTENT) or
+        the queue is full (RESOURCE_EXHAUSTED_TRANSIENT)."""
+        return self.scheduler.submit(client=client_uid(client), priority=priority, deadline=deadline, label=label)
+
+    def _check_memory(self, model: Model) -> None:
+        if self.memory_limit_bytes is None:
+            return
+        peak = estimate_peak_bytes(model)
+        if peak > self.memory_limit_bytes:
+            raise NnError(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+                          f"the model needs at least {peak} bytes at its peak (constants and live tensors), "
+                          f"more than the reference driver's limit of {self.memory_limit_bytes} bytes")
+
+    def _bind(self, ticket: Ticket, prepared: ReferencePreparedModel) -> ReferencePreparedModel:
+        """Executions of `prepared` run on this device's scheduler for the preparing app, with the cost
+        model's estimate until past runs are known."""
+        prepared.bind_qos(self.scheduler, ticket.uid, DurationStats(model_cost_ns(prepared.model, calibration())))
+        return prepared
+
     def allocate(self, desc: BufferDesc, prepared_models, input_roles, output_roles):
-        raise NnError(ErrorStatus.GENERAL_FAILURE, "the reference driver does not allocate driver-managed buffers yet")
+        """A driver-managed buffer for the roles (memory domains, VTS-BEHAVIOURS 3.1): IBuffer and token."""
+        from . import buffers
+        return buffers.allocate(desc, prepared_models, input_roles, output_roles)
 
 
 class _CacheSaver:

@@ -1,8 +1,10 @@
 """The reference interpreter: runs a subgraph operation by operation through the ops registry.
 
 A `SubgraphPlan` is built once per prepared model (constants materialised, registrations looked
-up, last uses computed); `run` then evaluates it over input arrays. Between operations it checks
-the deadline, which is where QoS checkpoints go.
+up, last uses computed); `run` then evaluates it over input arrays. Between operations is the QoS
+checkpoint: the scheduler ticket this thread runs (`nnapi.qos`) aborts there once the deadline has
+passed (MISSED_DEADLINE_TRANSIENT) and may pause there for higher-priority work; a paused run keeps
+its place and its live operands on this thread's stack and resumes from the same operation.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import numpy as np
 from ...hal import (ErrorStatus, Model, NnError, OperandLifeTime, OperationType, Subgraph)
 from ...memory import MappedPool
 from ...ops import OpContext, OperationRegistration, Tensor, find_operation, numpy_dtype
+from ...qos import current as current_ticket
 
 _CONSTANT = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE, OperandLifeTime.SUBGRAPH)
 
@@ -89,8 +92,11 @@ class SubgraphPlan:
         """Evaluate every step; `values` holds the subgraph inputs (None = omitted) and receives the outputs."""
         values.update(self.constants)
         operands = self.sub.operands
+        ticket = current_ticket()  # the QoS work this thread runs, if any
         for step in self.steps:
-            if deadline is not None and time.monotonic_ns() > deadline:
+            if ticket is not None:  # checkpoint: deadline, preemption
+                ticket.checkpoint(f"operation {step.index} ({step.type.name})")
+            elif deadline is not None and time.monotonic_ns() > deadline:
                 raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
                               f"deadline passed before operation {step.index} ({step.type.name})")
             inputs = [self._tensor(i, values) for i in step.inputs]
@@ -156,6 +162,12 @@ class ModelExecutor:
         self.plans = plans  # referenced subgraph plans, by index
         self.deadline = deadline
         self.loop_timeout_ns = loop_timeout_ns
+        self._ticket = current_ticket()
+
+    def now_ns(self) -> int:
+        """The clock WHILE measures its loop timeout on: running time, which stops while the
+        execution is paused for higher-priority work (monotonic time outside the scheduler)."""
+        return self._ticket.running_ns() if self._ticket is not None else time.monotonic_ns()
 
     def run_subgraph(self, index: int, inputs) -> list[np.ndarray]:
         plan = self.plans[index]

@@ -1,0 +1,13 @@
+"""Quality of service for drivers (Q1-Q8): the scheduler every driver runs its work through,
+duration estimates (a calibrated cost model, then past runs) and peak-memory estimates.
+
+A driver keeps one `Scheduler`, submits each preparation and execution as a `Ticket` (admission:
+deadline and queue checks that answer at once), runs it with `ticket.run(fn)`, and calls
+`checkpoint()` between units of work so the scheduler can preempt it or abort it at its deadline.
+"""
+from .estimate import Calibration, DurationStats, calibrate, model_cost_ns
+from .memory import estimate_peak_bytes
+from .scheduler import Scheduler, Ticket, checkpoint, current, normalize_deadline
+
+__all__ = ["Scheduler", "Ticket", "checkpoint", "current", "normalize_deadline", "Calibration", "DurationStats",
+           "calibrate", "model_cost_ns", "estimate_peak_bytes"]

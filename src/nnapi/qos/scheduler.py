@@ -1,0 +1,428 @@
+"""The QoS scheduler: per-app queues, priorities, fair shares, preemption at checkpoints, deadlines.
+
+Every piece of driver work (a preparation, an execution) is a `Ticket`:
+
+    ticket = scheduler.submit(client=uid, priority=p, deadline=d, stats=s, label="execution")
+    result = ticket.run(fn)          # waits for a worker slot, runs fn on this thread, frees the slot
+
+`submit` is admission control and answers at once (well under a millisecond):
+- the deadline had passed at the call, or even an idle device could not finish in time
+  (the estimate's lower bound is longer than the time left): MISSED_DEADLINE_PERSISTENT;
+- the queue holds `capacity` waiting tickets already: RESOURCE_EXHAUSTED_TRANSIENT;
+- the work ahead of it would make it miss: MISSED_DEADLINE_TRANSIENT.
+A ticket still waiting when it can no longer finish in time (deadline minus its lower bound) gives
+up with MISSED_DEADLINE_TRANSIENT.
+
+Granting (a bounded number of `workers` slots): apps are identified by the caller's uid (Q5).
+Within an app, higher priority first and first-come first-served within a priority; between apps,
+the app that has used the least running time so far (start-time fair queuing: an app that
+becomes active starts at the least virtual time of the active apps, so idling banks no credit).
+
+Running work calls `checkpoint()` between units of work (operations in the reference interpreter,
+sub-models in a compiling driver). Work that outranks running work of its own app does not wait
+for a slot: it starts at once on a slot *lent* by that work. A checkpoint
+- raises MISSED_DEADLINE_TRANSIENT once the deadline has passed (abort in flight);
+- yields the slot when it was lent, or higher-priority work of the same app is waiting, or
+  (`exclusive`, the default) running: lower-priority work of an app pauses while its
+  higher-priority work runs (Q1);
+- yields after `quantum_ns` of running when another app waits and no slot is free (fair shares
+  for long work).
+A yielding task keeps its whole context on its thread's stack (next operation, live operands),
+goes back to its queue with its original place and resumes from the same point when granted
+again (Q4): results are those of an uninterrupted run. `policy="fifo"` turns priorities, fairness
+and preemption off (the baseline the QoS benchmark compares with).
+"""
+from __future__ import annotations
+
+import heapq
+import itertools
+import os
+import threading
+import time
+from typing import Callable, TypeVar
+
+from ..hal import ClientId, ErrorStatus, NnError, Priority
+from ..hal.constants import NO_DEADLINE
+from .estimate import DurationStats
+
+T = TypeVar("T")
+
+_local = threading.local()
+
+QUEUED, RUNNING, DONE = "queued", "running", "done"
+
+
+def normalize_deadline(deadline: int | None) -> int | None:
+    """None for no deadline (None, or NO_DEADLINE and above: the largest value must not overflow)."""
+    return None if deadline is None or deadline >= NO_DEADLINE else int(deadline)
+
+
+def current() -> "Ticket | None":
+    """The ticket the calling thread is running, if any."""
+    return getattr(_local, "ticket", None)
+
+
+def checkpoint(where: str = "") -> None:
+    """A checkpoint for whatever ticket this thread runs (no-op outside scheduled work)."""
+    ticket = getattr(_local, "ticket", None)
+    if ticket is not None:
+        ticket.checkpoint(where)
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f} ms"
+
+
+class _App:
+    """One client's queue and share."""
+
+    __slots__ = ("uid", "vtime", "heap", "running", "queued", "last_grant")
+
+    def __init__(self, uid: int) -> None:
+        self.uid = uid
+        self.vtime = 0            # running time used, in ns (the fair-share clock)
+        self.heap: list[tuple[int, int, Ticket]] = []   # (-priority, seq, ticket), lazily cleaned
+        self.running: list[Ticket] = []
+        self.queued = 0
+        self.last_grant = 0
+
+    def top(self) -> "Ticket | None":
+        heap = self.heap
+        while heap and heap[0][2].state != QUEUED:
+            heapq.heappop(heap)
+        return heap[0][2] if heap else None
+
+    def top_running_rank(self) -> int:
+        return max((t.rank for t in self.running), default=-1)
+
+
+class Ticket:
+    """One admitted piece of work. Run it once with `run(fn)`; `fn` calls `checkpoint()` (or the
+    module-level `qos.checkpoint()`) between its units of work."""
+
+    def __init__(self, scheduler: "Scheduler", app: _App, uid: int, priority: Priority, rank: int, deadline: int | None,
+                 stats: DurationStats | None, lower_ns: int, label: str, seq: int, now: int) -> None:
+        self.scheduler = scheduler
+        self.app = app
+        self.uid = uid               # the client (app) it runs for
+        self.priority = priority
+        self.rank = rank             # the priority the queues order by (0 for all under FIFO)
+        self.deadline = deadline
+        self.stats = stats
+        self.lower_ns = lower_ns
+        self.label = label
+        self.seq = seq
+        self.state = QUEUED
+        self.submitted_ns = now
+        self.run_ns = 0              # time spent running (holding a slot), excluding waits
+        self.wait_ns = 0             # time spent queued (first wait plus every preemption)
+        self.preemptions = 0
+        self.preempted_at: list[str] = []
+        self._segment_start = now
+        self._queued_since = now
+        self._yield_at: int | None = None
+        self._lent = False           # its slot went to higher-priority work: yield at the next checkpoint
+        self._grant = threading.Event()
+        self._ran = False
+
+    def running_ns(self) -> int:
+        """Running time so far: a clock that stops while the ticket waits (for loop timeouts)."""
+        if self.state == RUNNING:
+            return self.run_ns + self.scheduler.clock() - self._segment_start
+        return self.run_ns
+
+    def run(self, fn: Callable[[], T]) -> T:
+        """Wait for a slot, run `fn` on this thread with this ticket current, free the slot."""
+        if self._ran:
+            raise RuntimeError("a ticket runs once")
+        self._ran = True
+        scheduler = self.scheduler
+        previous = getattr(_local, "ticket", None)
+        outcome = "error"
+        try:
+            scheduler._wait_for_grant(self)
+            _local.ticket = self
+            result = fn()
+            outcome = "ok"
+            return result
+        except NnError as e:
+            if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
+                outcome = "missed"
+            raise
+        finally:
+            _local.ticket = previous
+            scheduler._finish(self, outcome)
+
+    def checkpoint(self, where: str = "") -> None:
+        """Abort once the deadline has passed; yield when the scheduler asks (then resume here)."""
+        deadline, yield_at = self.deadline, self._yield_at
+        if deadline is None and yield_at is None:
+            return
+        now = self.scheduler.clock()
+        if deadline is not None and now > deadline:
+            raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                          f"{self.label}: deadline passed {_ms(now - deadline)} ago, aborted"
+                          + (f" before {where}" if where else ""))
+        if yield_at is not None and now >= yield_at:
+            self.scheduler._yield(self, where)
+
+    def cancel(self) -> None:
+        """Give the ticket up without running it (frees its place or its slot)."""
+        if not self._ran:
+            self._ran = True
+            self.scheduler._finish(self, "cancelled")
+
+
+class Scheduler:
+    """Admission, per-app priority queues, fair shares and preemption for one device's work.
+
+    workers: slots, i.e. tasks running at once (default: the CPU count). capacity: waiting tasks
+    admitted at most (then RESOURCE_EXHAUSTED_TRANSIENT). clock: monotonic nanoseconds, the clock
+    deadlines are on (injectable for tests). quantum_ns: running time after which a task yields to
+    another app that waits (None: never). exclusive: an app's lower-priority work pauses while its
+    higher-priority work runs. policy: "priority" (all of the above) or "fifo" (arrival order only).
+    """
+
+    def __init__(self, workers: int | None = None, capacity: int = 256, *,
+                 clock: Callable[[], int] = time.monotonic_ns, quantum_ns: int | None = 20_000_000,
+                 exclusive: bool = True, policy: str = "priority") -> None:
+        if policy not in ("priority", "fifo"):
+            raise ValueError(f"unknown scheduling policy {policy!r}")
+        self.workers = max(1, int(workers if workers is not None else (os.cpu_count() or 1)))
+        self.capacity = max(1, int(capacity))
+        self.clock = clock
+        self.fifo = policy == "fifo"
+        self.policy = policy
+        self.quantum_ns = None if self.fifo else quantum_ns
+        self.exclusive = exclusive and not self.fifo
+        self._lock = threading.Lock()
+        self._free = self.workers
+        self._apps: dict[int, _App] = {}
+        self._running: list[Ticket] = []
+        self._queued = 0
+        self._seq = itertools.count()
+        self._grants = itertools.count(1)
+        self.counters = {k: 0 for k in ("admitted", "completed", "refused_persistent", "refused_transient",
+                                        "gave_up_waiting", "aborted", "exhausted", "preemptions")}
+
+    # --- admission ------------------------------------------------------------------------------
+    def submit(self, *, client: "int | ClientId | None" = None, priority: Priority | int = Priority.MEDIUM,
+               deadline: int | None = None, stats: DurationStats | None = None, lower_ns: int | None = None,
+               label: str = "work") -> Ticket:
+        """Admit work or refuse it at once (see the module doc). `client` is the app's uid (default:
+        this process's); `stats` the prepared model's past runs; `lower_ns` overrides their bound."""
+        uid = os.getuid() if client is None else int(getattr(client, "uid", client))  # an int or a ClientId
+        key = 0 if self.fifo else uid  # FIFO: one queue for everybody, in arrival order
+        priority = Priority(priority)
+        rank = 0 if self.fifo else int(priority)
+        deadline = normalize_deadline(deadline)
+        lower = int(lower_ns if lower_ns is not None else (stats.lower_ns() if stats is not None else 0))
+        now = self.clock()
+        if deadline is not None and now >= deadline:
+            self._count("refused_persistent")
+            raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT,
+                          f"{label}: the deadline had passed {_ms(now - deadline)} before the call")
+        if deadline is not None and now + lower > deadline:
+            self._count("refused_persistent")
+            raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT,
+                          f"{label}: needs at least {_ms(lower)} even on an idle device, only "
+                          f"{_ms(deadline - now)} left before the deadline")
+        with self._lock:
+            if self._queued >= self.capacity:
+                self.counters["exhausted"] += 1
+                raise NnError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
+                              f"{label}: the driver's queue is full ({self.capacity} tasks waiting)")
+            app = self._apps.get(key)
+            if app is None:
+                app = self._apps[key] = _App(key)
+            ticket = Ticket(self, app, uid, priority, rank, deadline, stats, lower, label, next(self._seq), now)
+            if deadline is not None:
+                wait = self._predicted_wait(ticket, now)
+                if now + wait + lower > deadline:
+                    self.counters["refused_transient"] += 1
+                    raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                                  f"{label}: the work ahead of it takes at least {_ms(wait)} and it needs "
+                                  f"{_ms(lower)}, only {_ms(deadline - now)} left before the deadline")
+            if not app.queued and not app.running:
+                active = [a.vtime for a in self._apps.values() if a is not app and (a.queued or a.running)]
+                if active:
+                    app.vtime = max(app.vtime, min(active))
+            self._enqueue(ticket)
+            self.counters["admitted"] += 1
+            self._dispatch(now)
+            self._update_flags()
+        return ticket
+
+    def run(self, fn: Callable[[], T], **submit_args) -> T:
+        """`submit(**submit_args).run(fn)`."""
+        return self.submit(**submit_args).run(fn)
+
+    def _predicted_wait(self, ticket: Ticket, now: int) -> int:
+        """A lower bound of the time before `ticket` would start: the same app's work queued ahead of
+        it, plus what the running tasks still need (except those it will preempt), over the slots."""
+        app = ticket.app
+        ahead = [t for _, _, t in app.heap if t.state == QUEUED and t.rank >= ticket.rank]
+        blocked = self.exclusive and app.top_running_rank() > ticket.rank
+        lendable = 0 if self.fifo else sum(1 for t in app.running if t.rank < ticket.rank and not t._lent)
+        if self._free + lendable > len(ahead) and not blocked:
+            return 0
+        work = sum(t.lower_ns for t in ahead)
+        for t in self._running:
+            if t.app is app and t.rank < ticket.rank:
+                continue  # it will yield at its next checkpoint
+            work += max(0, t.lower_ns - (t.run_ns + now - t._segment_start))
+        return work // self.workers
+
+    # --- queues and slots (the lock is held) -----------------------------------------------------
+    def _enqueue(self, ticket: Ticket) -> None:
+        ticket.state = QUEUED
+        ticket._grant.clear()
+        heapq.heappush(ticket.app.heap, (-ticket.rank, ticket.seq, ticket))
+        ticket.app.queued += 1
+        self._queued += 1
+
+    def _eligible(self, app: _App) -> Ticket | None:
+        if not app.queued:
+            return None
+        top = app.top()
+        if top is None or (self.exclusive and top.rank < app.top_running_rank()):
+            return None
+        return top
+
+    def _dispatch(self, now: int) -> None:
+        """Grant free slots (fair between apps), then let waiting work that outranks running work of
+        its own app start at once on a slot lent by that work, which yields at its next checkpoint."""
+        while self._free > 0:
+            best: tuple[int, int, _App, Ticket] | None = None
+            for app in self._apps.values():
+                top = self._eligible(app)
+                if top is not None and (best is None or (app.vtime, app.last_grant) < best[:2]):
+                    best = (app.vtime, app.last_grant, app, top)
+            if best is None:
+                break
+            self._start(best[2], best[3], now)
+        if self.fifo:
+            return
+        for app in self._apps.values():
+            while True:
+                top = self._eligible(app)
+                victims = [] if top is None else [t for t in app.running if t.rank < top.rank and not t._lent]
+                if not victims:
+                    break
+                # The high-priority work need not wait for the victim's checkpoint (and for its
+                # thread to be scheduled): it runs now, and the victim gives the slot back when it
+                # pauses, so the slots in use exceed `workers` by at most one operation's time.
+                min(victims, key=lambda t: (t.rank, -t.seq))._lent = True
+                self._start(app, top, now)
+
+    def _start(self, app: _App, ticket: Ticket, now: int) -> None:
+        """Grant `ticket` a slot (the lock is held)."""
+        heapq.heappop(app.heap)
+        app.queued -= 1
+        self._queued -= 1
+        app.last_grant = next(self._grants)
+        app.running.append(ticket)
+        self._running.append(ticket)
+        self._free -= 1
+        ticket.state = RUNNING
+        ticket.wait_ns += now - ticket._queued_since
+        ticket._segment_start = now
+        ticket._grant.set()
+
+    def _stop(self, ticket: Ticket, now: int) -> None:
+        """End the ticket's running segment: charge its time, free its slot."""
+        spent = now - ticket._segment_start
+        ticket.run_ns += spent
+        ticket.app.vtime += spent
+        ticket.app.running.remove(ticket)
+        self._running.remove(ticket)
+        self._free += 1
+        ticket._yield_at = None
+        ticket._lent = False
+
+    def _update_flags(self) -> None:
+        """Tell each running ticket whether (and from when) to yield at its next checkpoint."""
+        if self.fifo:
+            return
+        waiting_apps = [a for a in self._apps.values() if self._eligible(a) is not None]
+        for t in self._running:
+            app = t.app
+            top = app.top() if app.queued else None
+            if t._lent or (top is not None and top.rank > t.rank):
+                t._yield_at = 0
+            elif self.exclusive and app.top_running_rank() > t.rank:
+                t._yield_at = 0
+            elif self.quantum_ns is not None and self._free == 0 and any(a is not app for a in waiting_apps):
+                t._yield_at = t._segment_start + self.quantum_ns
+            else:
+                t._yield_at = None
+
+    # --- called by tickets ------------------------------------------------------------------------
+    def _wait_for_grant(self, ticket: Ticket) -> None:
+        """Block until granted; give up (MISSED_DEADLINE_TRANSIENT) once it could no longer finish."""
+        while not ticket._grant.is_set():
+            # What it still needs at least: its bound less what it already ran (when preempted).
+            give_up = None if ticket.deadline is None else ticket.deadline - max(0, ticket.lower_ns - ticket.run_ns)
+            timeout = None if give_up is None else max(0.0, (give_up - self.clock()) / 1e9)
+            if ticket._grant.wait(timeout):
+                return
+            with self._lock:
+                if ticket.state == RUNNING:
+                    return
+                now = self.clock()
+                if give_up is not None and now >= give_up and ticket.state == QUEUED:
+                    ticket.state = DONE   # lazily removed from the heap
+                    ticket.app.queued -= 1
+                    self._queued -= 1
+                    ticket.wait_ns += now - ticket._queued_since
+                    self.counters["gave_up_waiting"] += 1
+                    self._update_flags()
+                    raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                                  f"{ticket.label}: waited {_ms(now - ticket._queued_since)} behind other work "
+                                  f"and can no longer finish by the deadline")
+
+    def _yield(self, ticket: Ticket, where: str) -> None:
+        with self._lock:
+            now = self.clock()
+            if ticket.state != RUNNING or ticket._yield_at is None or now < ticket._yield_at:
+                return
+            self._stop(ticket, now)
+            ticket.preemptions += 1
+            ticket.preempted_at.append(where)
+            self.counters["preemptions"] += 1
+            ticket._queued_since = now
+            self._enqueue(ticket)
+            self._dispatch(now)
+            self._update_flags()
+        self._wait_for_grant(ticket)
+
+    def _finish(self, ticket: Ticket, outcome: str) -> None:
+        with self._lock:
+            now = self.clock()
+            if ticket.state == RUNNING:
+                self._stop(ticket, now)
+            elif ticket.state == QUEUED:
+                ticket.app.queued -= 1
+                self._queued -= 1
+            ticket.state = DONE
+            if outcome == "ok":
+                self.counters["completed"] += 1
+            elif outcome == "missed":
+                self.counters["aborted"] += 1
+            self._dispatch(now)
+            self._update_flags()
+        if outcome == "ok" and ticket.stats is not None:
+            ticket.stats.record(ticket.run_ns)
+
+    def _count(self, counter: str) -> None:
+        with self._lock:
+            self.counters[counter] += 1
+
+    # --- introspection ----------------------------------------------------------------------------
+    def snapshot(self) -> dict:
+        """Slots in use, queued tasks and per-app figures (for tests, benchmarks and tools)."""
+        with self._lock:
+            return {"workers": self.workers, "running": len(self._running), "queued": self._queued,
+                    "apps": {a.uid: {"vtime_ns": a.vtime, "queued": a.queued, "running": len(a.running)}
+                             for a in self._apps.values()},
+                    **self.counters}
