@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from ._sqlite import ThreadConnections
 from .registry import state_dir
 
 DEFAULT_MAX_BYTES = 256 << 20
@@ -49,7 +50,7 @@ class CachingEngine:
         self.driver, self.version = driver, version
         self._root = root
         self.max_bytes = max_bytes
-        self._local = threading.local()
+        self._connections = ThreadConnections(_SCHEMA)
         #: What this object has done: hits, misses, puts, evicted and dropped (failed integrity) entries.
         self.stats = {"hits": 0, "misses": 0, "puts": 0, "evicted": 0, "dropped": 0}
 
@@ -60,15 +61,8 @@ class CachingEngine:
         return root
 
     def _conn(self) -> sqlite3.Connection:
-        path = str(self.root / "index.sqlite3")
-        conn = getattr(self._local, "conn", None)
-        if conn is None or self._local.path != path:
-            conn = sqlite3.connect(path, timeout=30, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")   # WAL: still safe against a crashed process
-            conn.execute(_SCHEMA)
-            self._local.conn, self._local.path = conn, path
-        return conn
+        """One connection per thread and database file (the state directory may change between tests)."""
+        return self._connections.get(str(self.root / "index.sqlite3"))
 
     @staticmethod
     def key_for(*parts: bytes) -> str:

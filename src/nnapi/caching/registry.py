@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import threading
 from pathlib import Path
+
+from ._sqlite import ThreadConnections
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS integrity (
@@ -41,7 +42,7 @@ class IntegrityRegistry:
         self.driver = driver
         self.version = version
         self._path = path
-        self._local = threading.local()
+        self._connections = ThreadConnections(_SCHEMA)
 
     @property
     def path(self) -> Path:
@@ -49,15 +50,7 @@ class IntegrityRegistry:
 
     def _conn(self) -> sqlite3.Connection:
         """One connection per thread and database file (the state directory may change between tests)."""
-        path = str(self.path)
-        conn = getattr(self._local, "conn", None)
-        if conn is None or self._local.path != path:
-            conn = sqlite3.connect(path, timeout=30, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute(_SCHEMA)
-            self._local.conn, self._local.path = conn, path
-        return conn
+        return self._connections.get(str(self.path))
 
     def record(self, token: bytes, digest: bytes) -> None:
         """Remember that the model cache saved for `token` hashes to `digest` (replacing any older one)."""
