@@ -127,16 +127,19 @@ def test_conflict_operand_type(operand_type, conv):
     _three_combinations(conv, prepare(conv_model(_CONFLICTING[operand_type])))
 
 
-def test_conflict_scale(operand_type, conv):
-    if not operand_type.is_quantized:
-        pytest.skip("quantized types only")
-    _three_combinations(conv, prepare(conv_model(operand_type, scale=1.0)))
+_QUANTIZED = [t for t in TYPES if t.is_quantized]
 
 
-def test_conflict_zero_point(operand_type, conv):
-    if not operand_type.is_quantized:
-        pytest.skip("quantized types only")
-    _three_combinations(conv, prepare(conv_model(operand_type, zero_point=10)))
+@pytest.mark.parametrize("quant_type", _QUANTIZED, ids=lambda t: t.name)
+def test_conflict_scale(quant_type):
+    conv = prepare(conv_model(quant_type))
+    _three_combinations(conv, prepare(conv_model(quant_type, scale=1.0)))
+
+
+@pytest.mark.parametrize("quant_type", _QUANTIZED, ids=lambda t: t.name)
+def test_conflict_zero_point(quant_type):
+    conv = prepare(conv_model(quant_type))
+    _three_combinations(conv, prepare(conv_model(quant_type, zero_point=10)))
 
 
 def test_conflict_rank_between_roles(operand_type):
@@ -374,9 +377,8 @@ def test_same_request_multiple_roles(operand_type, conv2, executor):
     check_result(execute(conv2, request, executor), ErrorStatus.NONE)
 
 
+@pytest.mark.parametrize("executor", [e for e in EXECUTORS if e != "fenced"])   # fenced outputs are fully specified
 def test_invalid_dimensions(operand_type, conv_dynamic, executor):
-    if executor == "fenced":
-        pytest.skip("not run for FENCED (outputs of fenced executions are fully specified)")
     size = size_of(operand_type)
     buffer, token = device().allocate(BufferDesc(DIMS), [conv_dynamic], [role()], [role()])
     _initialized(buffer, operand_type)
