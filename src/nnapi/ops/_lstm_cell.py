@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._activation import apply_cell_activation
 from .context import OpContext
 
 #: NNAPI LSTM activation codes (TfLiteFusedActivation): NONE, RELU, RELU6, TANH, SIGMOID.
@@ -232,21 +233,6 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def apply_activation(x: np.ndarray, activation: int) -> np.ndarray:
-    """tflite::tensor_utils::ApplyActivationToVector for the NNAPI LSTM activation codes."""
-    if activation == 0:
-        return x
-    if activation == 1:
-        return np.maximum(x, 0.0)
-    if activation == 3:
-        return np.clip(x, 0.0, 6.0)
-    if activation == 4:
-        return np.tanh(x)
-    if activation == 6:
-        return _sigmoid(x)
-    raise ValueError(f"unsupported LSTM activation {activation}")
-
-
 def _mean_stddev_normalization(x: np.ndarray) -> np.ndarray:
     """tflite MeanStddevNormalization over the last axis (per batch)."""
     mean = x.mean(axis=-1, keepdims=True)
@@ -289,7 +275,7 @@ def step(w: CellWeights, x: np.ndarray, aux: np.ndarray | None, h: np.ndarray, c
     f_gate = _sigmoid(f_gate)
     if cfg.use_layer_norm:
         cell = _mean_stddev_normalization(cell) * w.layer_norm[2] + w.bias[2]
-    cell = apply_activation(cell, w.activation)
+    cell = apply_cell_activation(cell, w.activation)
     new_c = f_gate * c + cell * ((1.0 - f_gate) if cfg.use_cifg else i_gate)
     if w.cell_clip > 0.0:
         new_c = np.clip(new_c, -w.cell_clip, w.cell_clip)
@@ -299,7 +285,7 @@ def step(w: CellWeights, x: np.ndarray, aux: np.ndarray | None, h: np.ndarray, c
     if cfg.use_layer_norm:
         o_gate = _mean_stddev_normalization(o_gate) * w.layer_norm[3] + w.bias[3]
     o_gate = _sigmoid(o_gate)
-    act_c = apply_activation(new_c, w.activation)
+    act_c = apply_cell_activation(new_c, w.activation)
     hidden = o_gate * act_c
     if cfg.use_projection:
         out = hidden @ w.proj_w.T.astype(np.float64)
