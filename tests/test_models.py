@@ -128,10 +128,7 @@ def _other_devices() -> list:
         return []
 
 
-@pytest.mark.parametrize("device", [pytest.param(d, marks=pytest.mark.xfail(
-    reason="XLA driver: wrong face_detection outputs (max error 57 on regressors) unless every intermediate "
-           "is a model output; bisected to the PAD of TFLite operator 28; reported to the lead", strict=False))
-    if d == "xla" else d for d in _other_devices()])
+@pytest.mark.parametrize("device", _other_devices())
 def test_face_model_on_other_devices(device):
     entry = CATALOG["face_detection_short_range"]
     imported = load_tflite(SHARED / entry["file"])

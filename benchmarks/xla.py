@@ -1,0 +1,167 @@
+"""Benchmark: the XLA driver on the largest float model of ../shared/models (mobilenet_v2_f32).
+
+Figures:
+- prepare, cold: a `Compilation` for device "xla" with an empty cache directory (import excluded;
+  this is the quick first-stage compile); the optimised second-stage compile is timed too;
+- prepare, cached: the same `Compilation` again, a cache hit (deserialise the verified executable;
+  no tracing, no compilation); goal cold / cached >= 20;
+- execute p50 / p90 on xla once the optimised executable is in (after warm-ups), on the reference
+  driver, and on LiteRT (`ai-edge-litert`, XNNPACK) with the same thread count as XLA's CPU
+  backend uses (every core); goal xla / LiteRT <= 1.0;
+- the largest difference of the xla outputs to the stored LiteRT reference outputs.
+
+`nnapi bench MODEL --device xla` gives the same cold / cached prepare figures; its execute figures
+include the quick first-stage executable and the background optimised compile unless
+NNAPI_XLA_OPTIMIZE_AFTER=0 (compile the optimised executable at once). The machine is shared, so
+execute times move by +-30% between runs: compare figures taken in one run.
+
+usage: python benchmarks/xla.py [--model PATH] [--runs N] [--reference-runs N]
+The last line printed is one JSON object holding every figure.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import tempfile
+import time
+
+import numpy as np
+
+import nnapi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+MODELS = os.path.join(HERE, "..", "..", "shared", "models")
+
+
+def _time_runs(fn, runs: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q))
+
+
+def _litert(path: str, inputs: list[np.ndarray], threads: int, runs: int) -> dict:
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+    except ImportError as e:
+        return {"available": False, "reason": f"ai-edge-litert is not installed ({e})"}
+    interp = Interpreter(model_path=path, num_threads=threads)
+    interp.allocate_tensors()
+    details = interp.get_input_details()
+    for d, x in zip(details, inputs):
+        interp.set_tensor(d["index"], x)
+    times = _time_runs(interp.invoke, runs, 5)
+    return {"available": True, "threads": threads, "execute_p50_ms": _pct(times, 50),
+            "execute_p90_ms": _pct(times, 90)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default=os.path.join(MODELS, "keras", "mobilenet_v2_f32.tflite"))
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--reference-runs", type=int, default=3)
+    args = parser.parse_args()
+    from nnapi.importers import load_tflite
+
+    name = os.path.splitext(os.path.basename(args.model))[0]
+    ref_npz = os.path.join(MODELS, "reference", f"{name}.npz")
+    stored = np.load(ref_npz) if os.path.exists(ref_npz) else None
+    t0 = time.perf_counter()
+    imported = load_tflite(args.model)
+    import_s = time.perf_counter() - t0
+    model = imported.model
+    n_in = len(model.to_hal().main.input_indexes)
+    rng = np.random.default_rng(42)
+    hal_main = model.to_hal().main
+    inputs = []
+    for k, i in enumerate(hal_main.input_indexes):
+        o = hal_main.operands[i]
+        if stored is not None and f"input_{k}" in stored:
+            inputs.append(np.ascontiguousarray(stored[f"input_{k}"]))
+        else:
+            inputs.append(rng.uniform(-1, 1, o.dimensions).astype(np.float32))
+    assert len(inputs) == n_in
+    token = imported.token()
+
+    with tempfile.TemporaryDirectory() as cache_dir:
+        t0 = time.perf_counter()
+        cold = nnapi.Compilation(model, devices=["xla"], cache_dir=cache_dir, token=token).finish()
+        prepare_cold_s = time.perf_counter() - t0
+        assert [o.outcome for o in cold.cache_outcomes] == ["miss"], cold.cache_outcomes
+        prepared = cold.steps[0].prepared
+        t0 = time.perf_counter()
+        prepared.optimize_now()          # second stage, rewrites the cache
+        optimize_s = time.perf_counter() - t0
+        cached_times = []
+        for _ in range(5):
+            t0 = time.perf_counter()
+            cached = nnapi.Compilation(model, devices=["xla"], cache_dir=cache_dir, token=token).finish()
+            cached_times.append(time.perf_counter() - t0)
+            assert [o.outcome for o in cached.cache_outcomes] == ["hit"], cached.cache_outcomes
+        prepare_cached_s = statistics.median(cached_times)
+        assert cached.steps[0].prepared.stage == "optimized"
+        t0 = time.perf_counter()
+        outputs = cached.execute(inputs)
+        first_execute_ms = (time.perf_counter() - t0) * 1000
+
+    xla_times = _time_runs(lambda: cached.execute(inputs), args.runs, 5)
+    ref = nnapi.Compilation(model, devices=["reference"]).finish()
+    ref_outputs = ref.execute(inputs)
+    ref_times = _time_runs(lambda: ref.execute(inputs), args.reference_runs, 1)
+    threads = os.cpu_count() or 1
+    litert = _litert(args.model, inputs, threads, args.runs)
+    max_diff_ref = max(float(np.max(np.abs(a - b))) for a, b in zip(outputs, ref_outputs))
+    max_diff_litert = (max(float(np.max(np.abs(a - stored[f"output_{k}"]))) for k, a in enumerate(outputs))
+                       if stored is not None else None)
+
+    result = {
+        "model": os.path.relpath(args.model, os.path.join(HERE, "..")), "device": "xla",
+        "machine": f"{platform.machine()} {threads} cores", "import_s": import_s,
+        "prepare_cold_s": prepare_cold_s, "optimize_s": optimize_s, "prepare_cached_s": prepare_cached_s,
+        "cold_over_cached": prepare_cold_s / prepare_cached_s,
+        "first_execute_ms": first_execute_ms,
+        "execute_p50_ms": _pct(xla_times, 50), "execute_p90_ms": _pct(xla_times, 90),
+        "reference_execute_p50_ms": _pct(ref_times, 50),
+        "reference_over_xla": _pct(ref_times, 50) / _pct(xla_times, 50),
+        "litert": litert,
+        "xla_over_litert": (_pct(xla_times, 50) / litert["execute_p50_ms"]) if litert.get("available") else None,
+        "max_abs_diff_vs_reference_driver": max_diff_ref, "max_abs_diff_vs_litert_stored": max_diff_litert,
+    }
+    rows = [("import", f"{import_s * 1000:.1f} ms"),
+            ("prepare, cold (quick compile)", f"{prepare_cold_s * 1000:.1f} ms"),
+            ("optimised compile (background stage)", f"{optimize_s * 1000:.1f} ms"),
+            ("prepare, cached (hit)", f"{prepare_cached_s * 1000:.2f} ms"),
+            ("cold / cached", f"{result['cold_over_cached']:.1f}x (goal >= 20x)"),
+            ("first execute after the hit", f"{first_execute_ms:.2f} ms"),
+            ("xla execute p50 / p90", f"{result['execute_p50_ms']:.2f} / {result['execute_p90_ms']:.2f} ms"),
+            ("reference execute p50", f"{result['reference_execute_p50_ms']:.1f} ms "
+                                      f"({result['reference_over_xla']:.1f}x xla)")]
+    if litert.get("available"):
+        rows.append((f"LiteRT XNNPACK {threads} threads p50 / p90",
+                     f"{litert['execute_p50_ms']:.2f} / {litert['execute_p90_ms']:.2f} ms"))
+        rows.append(("xla / LiteRT", f"{result['xla_over_litert']:.2f} (goal <= 1.0)"))
+    else:
+        rows.append(("LiteRT", litert["reason"]))
+    rows.append(("max |xla - reference driver|", f"{max_diff_ref:.2e}"))
+    if max_diff_litert is not None:
+        rows.append(("max |xla - stored LiteRT output|", f"{max_diff_litert:.2e}"))
+    width = max(len(r[0]) for r in rows)
+    print(f"XLA driver on {result['model']} ({result['machine']})")
+    for label, value in rows:
+        print(f"  {label:<{width}}  {value}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""The XLA driver's IDevice: compiles partitions with XLA through JAX (CPU, or a GPU when JAX has one).
+
+Options: `optimize_after` (or NNAPI_XLA_OPTIMIZE_AFTER; default 8) is the number of executions
+after which the optimised executable is compiled in the background (0: compile the optimised one
+at preparation, single stage). Preference SUSTAINED_SPEED always compiles optimised at once.
+`segments` (or NNAPI_XLA_SEGMENTS) is the number of sub-models a partition is split into, with a
+QoS checkpoint between them (default: one per 24 operations, at most 4). `scheduler`: the
+`qos.Scheduler` executions run through (default: one per device).
+"""
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+from importlib.metadata import PackageNotFoundError, version as package_version
+
+from ..._version import __version__
+from ...caching import IntegrityRegistry, load_artifacts, save_artifacts
+from ...caching.files import locked
+from ...hal import (BufferDesc, CacheHandles, Capabilities, DeviceInfo, DeviceType, ErrorStatus,
+                    ExecutionPreference, IDevice, Model, NnError, Priority)
+from ...hal.constants import NO_DEADLINE
+from ...validation import validate_model, validate_preference, validate_priority
+
+NAME = "xla"
+#: One model-cache file (header, structure, executable) and one data-cache file (constants); see cache.py.
+NUM_MODEL_CACHE, NUM_DATA_CACHE = 1, 1
+DEFAULT_OPTIMIZE_AFTER = 8
+
+
+def _jax_version() -> str:
+    try:
+        return package_version("jaxlib")
+    except PackageNotFoundError:  # pragma: no cover - jax is a dependency
+        return "unknown"
+
+
+def _check_deadline(deadline: int | None, what: str) -> None:
+    if deadline is not None and deadline < NO_DEADLINE and time.monotonic_ns() > deadline:
+        raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"deadline had passed when {what} started")
+
+
+class XlaDevice(IDevice):
+    """Lowers a partition to one jitted function and compiles it ahead of time for its shapes."""
+
+    def __init__(self, *, optimize_after: int | None = None, segments: int | None = None,
+                 scheduler=None) -> None:
+        if optimize_after is None:
+            env = os.environ.get("NNAPI_XLA_OPTIMIZE_AFTER", "").strip()
+            optimize_after = int(env) if env.isdigit() else DEFAULT_OPTIMIZE_AFTER
+        self.optimize_after = optimize_after
+        if segments is None:
+            env = os.environ.get("NNAPI_XLA_SEGMENTS", "").strip()
+            segments = int(env) if env.isdigit() and int(env) > 0 else None
+        #: Sub-models per partition (None: one per ~24 operations, at most 4).
+        self.segments = segments
+        if scheduler is None:
+            from ...qos import Scheduler
+            scheduler = Scheduler()
+        self.scheduler = scheduler
+        self.version = f"{__version__}+jaxlib{_jax_version()}"  # a new XLA never trusts old executables
+        self.registry = IntegrityRegistry(NAME, self.version)
+        self._capabilities: Capabilities | None = None
+        #: Answers of get_supported_operations by model fingerprint (the analysis traces abstractly).
+        self._support_memo: dict[bytes, list[bool]] = {}
+        self._lock = threading.Lock()
+
+    def get_info(self) -> DeviceInfo:
+        from .calibration import backend
+        return DeviceInfo(NAME, self.version, DeviceType.GPU if backend() == "gpu" else DeviceType.CPU, 30)
+
+    def get_capabilities(self) -> Capabilities:
+        if self._capabilities is None:
+            from .calibration import capabilities
+            self._capabilities = capabilities(self)
+        return self._capabilities
+
+    def get_supported_operations(self, model: Model) -> list[bool]:
+        """Remembered by content fingerprint: the same bytes were validated and analysed before
+        (analysis traces the lowering abstractly, so a cached compilation skips it)."""
+        try:
+            key = _fingerprint(model)
+        except Exception:  # malformed: validation below names the fault
+            key = None
+        with self._lock:
+            flags = self._support_memo.get(key) if key is not None else None
+        if flags is not None:
+            return list(flags)
+        validate_model(model)
+        from .lowering import analyze
+        try:
+            _, lowered = analyze(model)
+            flags = [lop is not None for lop in lowered]
+        except NnError:
+            raise
+        except Exception:  # an analysis failure claims nothing
+            flags = [False] * len(model.main.operations)
+        with self._lock:
+            if key is not None:
+                self._support_memo[key] = flags
+            while len(self._support_memo) > 256:
+                self._support_memo.pop(next(iter(self._support_memo)))
+        return list(flags)
+
+    def get_number_of_cache_files_needed(self) -> tuple[int, int]:
+        return NUM_MODEL_CACHE, NUM_DATA_CACHE
+
+    # --- preparation ------------------------------------------------------------------------------------
+    def prepare_model(self, model: Model, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: int | None = None,
+                      cache_handles: CacheHandles | None = None, token: bytes | None = None, *, client=None):
+        from . import program as prog
+        from .prepared_model import CacheRewriter, XlaPreparedModel
+        validate_model(model)
+        validate_preference(preference)
+        validate_priority(priority)
+        preference, priority = ExecutionPreference(preference), Priority(priority)
+        _check_deadline(deadline, "preparation")
+        relocated, data = prog.relocate(model)
+        dims, lowered = prog.analyze_supported(relocated)
+        sig = prog.signature(relocated, dims, lowered)
+        single = self.optimize_after <= 0 or preference == ExecutionPreference.SUSTAINED_SPEED
+        parts = prog.split(relocated, dims, lowered, sig, prog.segment_count(len(lowered), self.segments))
+        try:
+            segments = [(seg, prog.compile_program(relocated, ops, seg, optimized=single)) for ops, seg in parts]
+        except Exception as e:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla compilation failed: {type(e).__name__}: {e}") from None
+        stage = "optimized" if single else "quick"
+        has_cache = cache_handles is not None and token is not None and (
+            cache_handles.model_cache or cache_handles.data_cache)
+        rewriter = CacheRewriter(cache_handles, token, self._rewrite) if has_cache and not single else None
+        prepared = XlaPreparedModel(relocated, sig, segments, stage, preference, priority,
+                                    optimize_after=self.optimize_after, on_optimized=rewriter,
+                                    scheduler=self.scheduler, client_uid=_uid(client))
+        if has_cache:
+            self._save(cache_handles, token, prepared)
+        return prepared
+
+    def _save(self, handles: CacheHandles, token: bytes, prepared) -> None:
+        """Write the cache; failing to write only means no cache."""
+        from . import cache
+        try:
+            model_blob, data_blob = cache.to_artifacts(prepared.model, _data_of(prepared.model), prepared.signature,
+                                                       prepared.segments, prepared.stage, prepared.preference,
+                                                       prepared.priority)
+            save_artifacts(handles, token, self.registry, self.get_number_of_cache_files_needed(),
+                           [model_blob], [data_blob])
+        except Exception:  # e.g. an executable XLA cannot serialize: prepared, just not cached
+            pass
+
+    def _rewrite(self, handles: CacheHandles, token: bytes, prepared) -> None:
+        """After the optimised compile: record and rewrite under one exclusive lock, so a reader
+        sees the old cache or the new one, never a mix (and never a record without its files)."""
+        fds = (*handles.model_cache, *handles.data_cache)
+        try:
+            with locked(fds, exclusive=True):
+                self._save(handles, token, prepared)
+        except OSError:
+            pass
+
+    def prepare_model_from_cache(self, deadline: int | None, cache_handles: CacheHandles, token: bytes, *,
+                                 client=None):
+        from . import cache
+        from .prepared_model import CacheRewriter, XlaPreparedModel
+        _check_deadline(deadline, "preparation from cache")
+        try:
+            (model_blob,), (data_blob,) = load_artifacts(cache_handles, token, self.registry,
+                                                         self.get_number_of_cache_files_needed())
+        except sqlite3.Error as e:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"integrity registry unavailable: {e}") from None
+        model, sig, segments, stage, preference, priority = cache.from_artifacts(model_blob, data_blob)
+        rewriter = CacheRewriter(cache_handles, token, self._rewrite) if stage == "quick" else None
+        return XlaPreparedModel(model, sig, segments, stage, preference, priority,
+                                optimize_after=self.optimize_after, on_optimized=rewriter,
+                                scheduler=self.scheduler, client_uid=_uid(client))
+
+    def allocate(self, desc: BufferDesc, prepared_models, input_roles, output_roles):
+        """Memory domains (M6-M12) on the shared toolkit: any non-OEM operand type, up to 2 GiB."""
+        from . import buffers
+        return buffers.allocate(desc, prepared_models, input_roles, output_roles)
+
+
+def _uid(client) -> int | None:
+    return None if client is None else int(getattr(client, "uid", client))
+
+
+def _fingerprint(model: Model) -> bytes:
+    """xxh3-128 of the model's structure and constant bytes (not of its pool handles)."""
+    import dataclasses
+
+    import xxhash
+
+    from ...hal.serialize import model_to_bytes
+    from ...memory import map_pool
+    h = xxhash.xxh3_128(model_to_bytes(dataclasses.replace(model, pools=[])))
+    for pool in model.pools:
+        h.update(map_pool(pool).buffer)
+    return h.digest()
+
+
+def _data_of(model: Model) -> bytes:
+    return bytes(model.pools[0].pointer) if model.pools else b""

@@ -1,0 +1,293 @@
+"""A partition as one XLA program: the traced function, ahead-of-time compilation at two
+optimisation levels, and the (de)serialisation of the compiled executable.
+
+The program's arguments are the model inputs, in order, then its constant tensors
+(CONSTANT_REFERENCE operands, laid out 64-byte aligned in one data blob that becomes the data
+cache); small CONSTANT_COPY values are baked into the program. Every operation is lowered through
+`lowering.run_op`; operand dtypes follow the NNAPI operand types.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import struct
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+import jax
+from jax.experimental import serialize_executable
+
+from ...hal import (DataLocation, ErrorStatus, MemoryPool, Model, NnError, OperandLifeTime, OperandType)
+from ...memory import map_pool
+from ...ops import numpy_dtype
+from .lowering import LoweredOp, analyze, run_op
+
+ALIGN = 64
+#: Compiler options of the quick first stage (C11 multi-stage compilation).
+QUICK_OPTIONS = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+
+
+class Counters:
+    """Process-wide counts of the driver's expensive steps (tests check a cache hit does neither)."""
+
+    lock = threading.Lock()
+    traces = 0
+    compiles = 0
+
+    @classmethod
+    def bump(cls, name: str) -> None:
+        with cls.lock:
+            setattr(cls, name, getattr(cls, name) + 1)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """An argument or result of the program: operand index, NNAPI type, shape; constants also
+    their place in the data blob."""
+
+    index: int
+    type: int
+    dims: tuple[int, ...]
+    offset: int = 0
+
+    @property
+    def dtype(self) -> np.dtype:
+        return numpy_dtype(OperandType(self.type))
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.dims, dtype=np.int64)) * self.dtype.itemsize if self.dims else self.dtype.itemsize
+
+    def shape(self) -> tuple[int, ...]:
+        return () if OperandType(self.type).is_scalar else self.dims
+
+    def to_json(self) -> list:
+        return [self.index, self.type, list(self.dims), self.offset]
+
+    @classmethod
+    def from_json(cls, v: list) -> "TensorSpec":
+        index, type_, dims, offset = v
+        return cls(int(index), int(type_), tuple(int(d) for d in dims), int(offset))
+
+
+@dataclass
+class Signature:
+    """The program's interface: inputs, outputs (with their inferred shapes) and constant arguments."""
+
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    constants: list[TensorSpec]
+
+    def to_json(self) -> dict:
+        return {k: [s.to_json() for s in getattr(self, k)] for k in ("inputs", "outputs", "constants")}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Signature":
+        return cls(*([TensorSpec.from_json(v) for v in d[k]] for k in ("inputs", "outputs", "constants")))
+
+
+def relocate(model: Model) -> tuple[Model, bytes]:
+    """The model with every CONSTANT_REFERENCE value moved into one 64-byte aligned data blob
+    (pool 0, an in-place buffer), and that blob."""
+    pools = [map_pool(p) for p in model.pools]
+    data = bytearray()
+    subgraphs = []
+    for sub in model.all_subgraphs():
+        operands = []
+        for operand in sub.operands:
+            if operand.lifetime == OperandLifeTime.CONSTANT_REFERENCE:
+                loc = operand.location
+                data.extend(b"\0" * (-len(data) % ALIGN))
+                offset = len(data)
+                data.extend(pools[loc.pool_index].view(loc.offset, loc.length))
+                operand = dataclasses.replace(operand, location=DataLocation(0, offset, loc.length))
+            operands.append(operand)
+        subgraphs.append(dataclasses.replace(sub, operands=operands))
+    blob = bytes(data)
+    return dataclasses.replace(model, main=subgraphs[0], referenced=subgraphs[1:],
+                               pools=[MemoryPool(pointer=blob)] if blob else []), blob
+
+
+def signature(model: Model, dims: list[tuple[int, ...]], ops: list[LoweredOp]) -> Signature:
+    """The interface of a relocated model's program."""
+    main = model.main
+    used = {i for lop in ops for i in lop.inputs}
+
+    def spec(i: int, offset: int = 0) -> TensorSpec:
+        o = main.operands[i]
+        return TensorSpec(i, int(o.type), tuple(dims[i]), offset)
+
+    constants = [spec(i, main.operands[i].location.offset) for i in sorted(used)
+                 if main.operands[i].lifetime == OperandLifeTime.CONSTANT_REFERENCE
+                 and OperandType(main.operands[i].type).is_tensor]
+    return Signature([spec(i) for i in main.input_indexes], [spec(i) for i in main.output_indexes], constants)
+
+
+#: Partitions of at least this many operations are split into sub-models (QoS checkpoints between them).
+OPS_PER_SEGMENT = 24
+MAX_SEGMENTS = 4
+
+
+def segment_count(n_ops: int, requested: int | None = None) -> int:
+    """How many sub-models a partition of `n_ops` operations becomes (`requested` overrides)."""
+    if requested is not None:
+        return max(1, min(int(requested), n_ops))
+    return max(1, min(MAX_SEGMENTS, n_ops // OPS_PER_SEGMENT))
+
+
+def split(model: Model, dims: list[tuple[int, ...]], ops: list[LoweredOp], sig: Signature,
+          count: int) -> list[tuple[list[LoweredOp], Signature]]:
+    """Contiguous runs of operations as sub-models. A sub-model's inputs are the values it reads
+    that earlier sub-models (or the request) produce; its outputs are what later sub-models or the
+    request read. One sub-model is the whole program with the request's own signature."""
+    if count <= 1:
+        return [(ops, sig)]
+    main = model.main
+    bounds = [round(k * len(ops) / count) for k in range(count + 1)]
+    chunks = [ops[bounds[k]:bounds[k + 1]] for k in range(count) if bounds[k + 1] > bounds[k]]
+    wanted_later: list[set[int]] = []
+    later = {s.index for s in sig.outputs}
+    for chunk in reversed(chunks):
+        wanted_later.append(set(later))
+        later |= {i for lop in chunk for i in lop.inputs}
+    wanted_later.reverse()
+    const_specs = {s.index: s for s in sig.constants}
+    segments = []
+    for chunk, wanted in zip(chunks, wanted_later):
+        produced: set[int] = set()
+        inputs, constants, outputs = [], [], []
+        for lop in chunk:
+            for i in lop.inputs:
+                operand = main.operands[i]
+                if i in const_specs:
+                    if all(c.index != i for c in constants):
+                        constants.append(const_specs[i])
+                elif (i not in produced and operand.lifetime not in _BAKED
+                      and all(s.index != i for s in inputs)):
+                    inputs.append(TensorSpec(i, int(operand.type), tuple(dims[i])))
+            produced.update(lop.outputs)
+        for lop in chunk:
+            for i in lop.outputs:
+                if i in wanted:
+                    outputs.append(TensorSpec(i, int(main.operands[i].type), tuple(dims[i])))
+        segments.append((chunk, Signature(inputs, outputs, constants)))
+    return segments
+
+
+_BAKED = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE, OperandLifeTime.NO_VALUE,
+          OperandLifeTime.SUBGRAPH)
+
+
+def make_function(model: Model, ops: list[LoweredOp], sig: Signature):
+    """The Python function XLA traces: (inputs..., constants...) -> tuple of outputs."""
+    n_in = len(sig.inputs)
+    outputs = [s.index for s in sig.outputs]
+    out_dtypes = {s.index: s.dtype for s in sig.outputs}
+    operand_dtypes = {i: numpy_dtype(OperandType(o.type)) for i, o in enumerate(model.main.operands)}
+
+    def program(*args):
+        values = {s.index: a for s, a in zip(sig.inputs, args[:n_in])}
+        consts = {s.index: a for s, a in zip(sig.constants, args[n_in:])}
+        for lop in ops:
+            for i, out in zip(lop.outputs, run_op(lop, values, consts)):
+                values[i] = out.astype(operand_dtypes[i])
+        return tuple(values[i].astype(out_dtypes[i]) for i in outputs)
+
+    return program
+
+
+def arg_specs(sig: Signature) -> list[jax.ShapeDtypeStruct]:
+    return [jax.ShapeDtypeStruct(s.shape(), s.dtype) for s in (*sig.inputs, *sig.constants)]
+
+
+def compile_program(model: Model, ops: list[LoweredOp], sig: Signature, optimized: bool):
+    """Trace and compile ahead of time for the signature's shapes; returns a `jax.stages.Compiled`."""
+    fn = make_function(model, ops, sig)
+    Counters.bump("traces")
+    lowered = jax.jit(fn).lower(*arg_specs(sig))
+    Counters.bump("compiles")
+    if optimized:
+        return lowered.compile()
+    try:
+        return lowered.compile(QUICK_OPTIONS)
+    except Exception:  # a backend without these options: its default compile
+        return lowered.compile()
+
+
+def analyze_supported(model: Model) -> tuple[list[tuple[int, ...]], list[LoweredOp]]:
+    """Shapes and lowered operations of a model whose every operation must be lowered."""
+    dims, lowered = analyze(model)
+    missing = [f"{k} ({model.main.operations[k].type.name})" for k, lop in enumerate(lowered) if lop is None]
+    if missing:
+        raise NnError(ErrorStatus.INVALID_ARGUMENT,
+                      f"the xla driver cannot lower operations {', '.join(missing)}")
+    return dims, lowered
+
+
+# --- serialization ---------------------------------------------------------------------------------
+_HEADER = struct.Struct("<8sIII")  # magic, format, json length, model length
+_MAGIC = b"NNXLAEX1"
+FORMAT = 1
+
+
+def serialize(compiled) -> bytes:
+    payload, _, _ = serialize_executable.serialize(compiled)
+    return payload
+
+
+_LEN = struct.Struct("<Q")
+
+
+def join_payloads(payloads: list[bytes]) -> bytes:
+    return struct.pack("<I", len(payloads)) + b"".join(_LEN.pack(len(p)) + p for p in payloads)
+
+
+def split_payloads(blob: memoryview) -> list[memoryview]:
+    if len(blob) < 4:
+        raise NnError(ErrorStatus.GENERAL_FAILURE, "xla model cache holds no executable")
+    (n,) = struct.unpack_from("<I", blob)
+    pos, out = 4, []
+    for _ in range(n):
+        if pos + _LEN.size > len(blob):
+            raise NnError(ErrorStatus.GENERAL_FAILURE, "xla model cache is truncated")
+        (length,) = _LEN.unpack_from(blob, pos)
+        pos += _LEN.size
+        if pos + length > len(blob):
+            raise NnError(ErrorStatus.GENERAL_FAILURE, "xla model cache is truncated")
+        out.append(blob[pos:pos + length])
+        pos += length
+    return out
+
+
+def deserialize(payload: bytes | memoryview, n_args: int, n_out: int):
+    """Load a verified executable (never called on bytes the integrity registry did not vouch for)."""
+    in_tree = jax.tree_util.tree_structure((tuple(range(n_args)), {}))
+    out_tree = jax.tree_util.tree_structure(tuple(range(n_out)))
+    return serialize_executable.deserialize_and_load(bytes(payload), in_tree, out_tree)
+
+
+def pack_model_cache(meta: dict, model_bytes: bytes, executable: bytes) -> bytes:
+    text = json.dumps(meta, sort_keys=True).encode()
+    return _HEADER.pack(_MAGIC, FORMAT, len(text), len(model_bytes)) + text + model_bytes + executable
+
+
+def unpack_model_cache(blob: memoryview) -> tuple[dict, memoryview, memoryview]:
+    if len(blob) < _HEADER.size:
+        raise NnError(ErrorStatus.GENERAL_FAILURE, "xla model cache is too short")
+    magic, fmt, n_text, n_model = _HEADER.unpack_from(blob)
+    if magic != _MAGIC or fmt != FORMAT or _HEADER.size + n_text + n_model > len(blob):
+        raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla model cache has format {magic!r} v{fmt}")
+    pos = _HEADER.size
+    try:
+        meta = json.loads(bytes(blob[pos:pos + n_text]))
+    except ValueError as e:
+        raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla model cache header cannot be decoded: {e}") from None
+    pos += n_text
+    return meta, blob[pos:pos + n_model], blob[pos + n_model:]
+
+
+def now_us(start_ns: int) -> int:
+    return (time.monotonic_ns() - start_ns) // 1000

@@ -1,0 +1,297 @@
+"""The XLA compiling driver: lowering against the reference driver, executable caching (hits that
+neither trace nor compile, tampered executables rejected), multi-stage compilation, capabilities
+and partitioning across xla + reference."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jax
+
+import nnapi
+from nnapi import OperandType as T, OperationType as Op
+from nnapi.drivers.xla import XlaDevice
+from nnapi.drivers.xla.program import Counters
+from nnapi.hal import OperandType
+from nnapi.runtime.devices import _make
+
+RELU, RELU6, NONE = 1, 3, 0
+SAME, VALID = 1, 2
+
+
+def conv_model(size: int = 16, channels: int = 8, seed: int = 0) -> nnapi.Model:
+    """CONV_2D 3x3 + RELU6 -> DEPTHWISE 3x3 stride 2 -> MAX_POOL 2x2 -> CONV 1x1 -> ADD -> SOFTMAX."""
+    rng = np.random.default_rng(seed)
+    m = nnapi.Model()
+
+    def scalar(v: int) -> int:
+        i = m.add_operand(T.INT32)
+        m.set_operand_value(i, v)
+        return i
+
+    def const(shape, scale=0.2) -> int:
+        i = m.add_operand(T.TENSOR_FLOAT32, shape)
+        m.set_operand_value(i, (rng.standard_normal(shape) * scale).astype(np.float32))
+        return i
+
+    def tensor(shape) -> int:
+        return m.add_operand(T.TENSOR_FLOAT32, shape)
+
+    half = size // 2
+    x = tensor((1, size, size, 3))
+    h1 = tensor((1, size, size, channels))
+    m.add_operation(Op.CONV_2D, [x, const((channels, 3, 3, 3)), const((channels,)), scalar(SAME), scalar(1),
+                                 scalar(1), scalar(RELU6)], [h1])
+    h2 = tensor((1, half, half, channels))
+    m.add_operation(Op.DEPTHWISE_CONV_2D, [h1, const((1, 3, 3, channels)), const((channels,)), scalar(SAME),
+                                           scalar(2), scalar(2), scalar(1), scalar(RELU)], [h2])
+    h3 = tensor((1, half // 2, half // 2, channels))
+    m.add_operation(Op.MAX_POOL_2D, [h2, scalar(VALID), scalar(2), scalar(2), scalar(2), scalar(2), scalar(NONE)],
+                    [h3])
+    h4 = tensor((1, half // 2, half // 2, channels))
+    m.add_operation(Op.CONV_2D, [h3, const((channels, 1, 1, channels)), const((channels,)), scalar(SAME),
+                                 scalar(1), scalar(1), scalar(NONE)], [h4])
+    h5 = tensor((1, half // 2, half // 2, channels))
+    m.add_operation(Op.ADD, [h3, h4, scalar(NONE)], [h5])
+    beta = m.add_operand(T.FLOAT32)
+    m.set_operand_value(beta, 1.0)
+    out = tensor((1, half // 2, half // 2, channels))
+    m.add_operation(Op.SOFTMAX, [h5, beta], [out])
+    m.identify_inputs_and_outputs([x], [out])
+    m.finish()
+    return m
+
+
+@pytest.fixture(scope="module")
+def conv() -> nnapi.Model:
+    return conv_model()
+
+
+@pytest.fixture(scope="module")
+def image() -> np.ndarray:
+    return np.random.default_rng(1).standard_normal((1, 16, 16, 3)).astype(np.float32)
+
+
+def xla_device(**options) -> nnapi.Device:
+    return _make(XlaDevice(**options))
+
+
+def test_xla_is_discovered_with_measured_capabilities():
+    devices = {d.name: d for d in nnapi.devices()}
+    assert "xla" in devices and list(devices)[-1] == "reference"
+    caps = devices["xla"].capabilities
+    assert 0 < caps.performance(OperandType.TENSOR_FLOAT32).exec_time
+    assert caps.performance(OperandType.TENSOR_QUANT8_ASYMM).exec_time > 1e30   # quantized stays on reference
+
+
+def test_conv_model_matches_the_reference_driver(conv, image):
+    c = nnapi.Compilation(conv, devices=["xla"]).finish()
+    assert [s.device.name for s in c.steps] == ["xla"]
+    (y,) = c.execute([image])
+    (expected,) = nnapi.Compilation(conv, devices=["reference"]).finish().execute([image])
+    np.testing.assert_allclose(y, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_shared_memory_inputs_and_outputs(conv, image):
+    c = nnapi.Compilation(conv, devices=["xla"]).finish()
+    mem_in = nnapi.Memory.ashmem(image.nbytes)
+    mem_in.array(np.float32, image.shape)[...] = image
+    out_bytes = 4 * 4 * 4 * 8
+    mem_out = nnapi.Memory.ashmem(out_bytes + 64)
+    e = nnapi.Execution(c)
+    e.set_input_from_memory(0, mem_in, 0, image.nbytes)
+    e.set_output_from_memory(0, mem_out, 64, out_bytes)
+    e.compute()
+    (expected,) = c.execute([image])
+    np.testing.assert_array_equal(mem_out.array(np.float32, (1, 4, 4, 8), offset=64), expected)
+
+
+def test_claims_only_what_it_lowers():
+    m = nnapi.Model()
+    a = m.add_operand(T.TENSOR_FLOAT32, (4,))
+    q = m.add_operand(T.TENSOR_QUANT8_ASYMM, (4,), 0.5, 0)
+    m.add_operation(Op.QUANTIZE, [a], [q])
+    unknown_in = m.add_operand(T.TENSOR_FLOAT32, (0,))
+    unknown_out = m.add_operand(T.TENSOR_FLOAT32, (0,))
+    m.add_operation(Op.RELU, [unknown_in], [unknown_out])
+    b = m.add_operand(T.TENSOR_FLOAT32, (4,))
+    m.add_operation(Op.RELU, [a], [b])
+    m.identify_inputs_and_outputs([a, unknown_in], [q, unknown_out, b])
+    m.finish()
+    xla = next(d for d in nnapi.devices() if d.name == "xla")
+    assert xla.supported_operations(m) == [False, False, True]   # quantized, dynamic shape, float RELU
+
+
+def _backend_compiles() -> list[str]:
+    events: list[str] = []
+
+    def listener(event: str, duration: float, **_) -> None:
+        if event.startswith("/jax/core/compile/"):
+            events.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listener)
+    return events
+
+
+def test_cache_hit_neither_traces_nor_compiles(tmp_path, conv, image):
+    token = bytes(range(32))
+    first = nnapi.Compilation(conv, devices=["xla"], cache_dir=tmp_path, token=token).finish()
+    assert [o.outcome for o in first.cache_outcomes] == ["miss"]
+    before = (Counters.traces, Counters.compiles)
+    events = _backend_compiles()
+    second = nnapi.Compilation(conv, devices=["xla"], cache_dir=tmp_path, token=token).finish()
+    assert [o.outcome for o in second.cache_outcomes] == ["hit"]
+    (y,) = second.execute([image])
+    assert (Counters.traces, Counters.compiles) == before
+    assert events == []   # no jaxpr trace, no MLIR lowering, no backend compile
+    np.testing.assert_array_equal(y, first.execute([image])[0])
+
+
+def test_prepare_from_cache_in_a_fresh_driver_neither_traces_nor_compiles(tmp_path, conv, image):
+    """Driver level, as after a restart: a new XlaDevice loads the executable the old one saved."""
+    from nnapi.runtime.cache_files import cache_paths, close_cache_files, open_cache_files
+    token = bytes([3] * 32)
+    hal_model = conv.to_hal()
+    paths = cache_paths(str(tmp_path), token, (1, 1))
+    handles = open_cache_files(paths, create=True)
+    try:
+        XlaDevice().prepare_model(hal_model, cache_handles=handles, token=token)
+    finally:
+        close_cache_files(handles)
+    before = (Counters.traces, Counters.compiles)
+    events = _backend_compiles()
+    handles = open_cache_files(paths, create=False)
+    try:
+        prepared = XlaDevice().prepare_model_from_cache(None, handles, token)
+    finally:
+        close_cache_files(handles)
+    assert (Counters.traces, Counters.compiles) == before and events == []
+    assert prepared.stage == "quick" and prepared.signature.inputs[0].dims == (1, 16, 16, 3)
+
+
+def test_tampered_executable_is_rejected_then_rewritten(tmp_path, conv, image):
+    token = bytes(32)
+    nnapi.Compilation(conv, devices=["xla"], cache_dir=tmp_path, token=token).finish()
+    (model_cache,) = [p for p in tmp_path.iterdir() if p.name.endswith("10")]
+    data = bytearray(model_cache.read_bytes())
+    data[len(data) // 2] ^= 0x40          # inside the serialized executable
+    model_cache.write_bytes(bytes(data))
+    before = Counters.compiles
+    again = nnapi.Compilation(conv, devices=["xla"], cache_dir=tmp_path, token=token).finish()
+    assert again.cache_outcomes[0].outcome == "rejected"
+    assert "integrity" in again.cache_outcomes[0].reason
+    assert Counters.compiles == before + 1          # recompiled, and the cache rewritten
+    hit = nnapi.Compilation(conv, devices=["xla"], cache_dir=tmp_path, token=token).finish()
+    assert hit.cache_outcomes[0].outcome == "hit"
+    np.testing.assert_array_equal(hit.execute([image])[0], again.execute([image])[0])
+
+
+def test_multi_stage_swaps_in_the_optimised_executable_and_rewrites_the_cache(tmp_path, conv, image):
+    device = xla_device(optimize_after=3)
+    token = bytes([7] * 32)
+    c = nnapi.Compilation(conv, devices=[device], cache_dir=tmp_path, token=token).finish()
+    prepared = c.steps[0].prepared
+    assert prepared.stage == "quick"
+    quick = [c.execute([image])[0] for _ in range(3)]   # the third execution starts the optimised compile
+    assert prepared.wait_optimized(timeout=60)
+    optimised = c.execute([image])[0]
+    for y in quick:
+        np.testing.assert_array_equal(y, quick[0])
+    # Same HLO; only LLVM's code generation differs (O0 vs O2: FMA contraction, vectorised exp), so
+    # the two stages agree to a few units in the last place.
+    np.testing.assert_array_max_ulp(optimised, quick[0], maxulp=8)
+    hit = nnapi.Compilation(conv, devices=[device], cache_dir=tmp_path, token=token).finish()
+    assert hit.cache_outcomes[0].outcome == "hit"
+    assert hit.steps[0].prepared.stage == "optimized"    # the rewritten cache holds the optimised stage
+    np.testing.assert_array_equal(hit.execute([image])[0], optimised)
+
+
+def test_partitioning_puts_float_work_on_xla_and_the_rest_on_reference(monkeypatch):
+    """FULLY_CONNECTED (xla) -> TOPK_V2 (not lowered: reference) -> RELU (xla); the float ratio is
+    pinned so the plan does not depend on how busy the machine was during the calibration."""
+    monkeypatch.setenv("NNAPI_XLA_PERFORMANCE", "0.1")
+    m = nnapi.Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, (4, 8))
+    w = m.add_operand(T.TENSOR_FLOAT32, (8, 8))
+    m.set_operand_value(w, np.random.default_rng(3).standard_normal((8, 8)).astype(np.float32))
+    b = m.add_operand(T.TENSOR_FLOAT32, (8,))
+    m.set_operand_value(b, np.zeros(8, np.float32))
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    h = m.add_operand(T.TENSOR_FLOAT32, (4, 8))
+    m.add_operation(Op.FULLY_CONNECTED, [x, w, b, act], [h])
+    k = m.add_operand(T.INT32)
+    m.set_operand_value(k, 3)
+    values = m.add_operand(T.TENSOR_FLOAT32, (4, 3))
+    indices = m.add_operand(T.TENSOR_INT32, (4, 3))
+    m.add_operation(Op.TOPK_V2, [h, k], [values, indices])
+    out = m.add_operand(T.TENSOR_FLOAT32, (4, 3))
+    m.add_operation(Op.RELU, [values], [out])
+    m.identify_inputs_and_outputs([x], [out, indices])
+    m.finish()
+    devices = [xla_device(), next(d for d in nnapi.devices() if d.name == "reference")]
+    c = nnapi.Compilation(m, devices=devices).finish()
+    assert [s.device.name for s in c.steps] == ["xla", "reference", "xla"]
+    xv = np.random.default_rng(4).standard_normal((4, 8)).astype(np.float32)
+    y, idx = c.execute([xv])
+    ry, ridx = nnapi.Compilation(m, devices=["reference"]).finish().execute([xv])
+    np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(idx, ridx)
+
+
+def test_bad_requests_are_errors_not_crashes(conv, image):
+    c = nnapi.Compilation(conv, devices=["xla"]).finish()
+    with pytest.raises(nnapi.NnError):
+        nnapi.Execution(c).set_input(0, np.zeros((1, 8, 8, 3), np.float32))
+    m = nnapi.Model()                                  # output declared with an unknown size
+    a = m.add_operand(T.TENSOR_FLOAT32, (5,))
+    out = m.add_operand(T.TENSOR_FLOAT32, (0,))
+    m.add_operation(Op.RELU, [a], [out])
+    m.identify_inputs_and_outputs([a], [out])
+    m.finish()
+    c = nnapi.Compilation(m, devices=["xla"]).finish()
+    e = nnapi.Execution(c)
+    e.set_input(0, np.array([-1, 2, -3, 4, 5], np.float32))
+    e.set_output(0, np.zeros(3, np.float32))
+    with pytest.raises(nnapi.NnError) as err:
+        e.compute()
+    assert err.value.code == nnapi.ResultCode.OUTPUT_INSUFFICIENT_SIZE
+    assert e.get_output_shape(0) == (5,)
+    (y,) = c.execute([np.array([-1, 2, -3, 4, 5], np.float32)])
+    np.testing.assert_array_equal(y, [0, 2, 0, 4, 5])
+
+
+def test_sub_models_checkpoint_between_them_and_cache_as_a_set(tmp_path, conv, image, monkeypatch):
+    import nnapi.drivers.xla.prepared_model as pm
+    seen: list[str] = []
+    real = pm.checkpoint
+    monkeypatch.setattr(pm, "checkpoint", lambda where="": (seen.append(where), real(where)))
+    device = xla_device(segments=3)
+    token = bytes([9] * 32)
+    c = nnapi.Compilation(conv, devices=[device], cache_dir=tmp_path, token=token).finish()
+    prepared = c.steps[0].prepared
+    assert len(prepared.segments) == 3
+    (y,) = c.execute([image])
+    assert seen == ["sub-model 1 of 3", "sub-model 2 of 3"]
+    (whole,) = nnapi.Compilation(conv, devices=["xla"]).finish().execute([image])
+    np.testing.assert_allclose(y, whole, rtol=1e-6, atol=1e-7)
+    hit = nnapi.Compilation(conv, devices=[device], cache_dir=tmp_path, token=token).finish()
+    assert hit.cache_outcomes[0].outcome == "hit" and len(hit.steps[0].prepared.segments) == 3
+    np.testing.assert_array_equal(hit.execute([image])[0], y)
+
+
+def test_a_passed_deadline_is_refused(conv, image):
+    import time
+
+    from nnapi.hal import DataLocation, ErrorStatus, MeasureTiming, MemoryPool, Request, RequestArgument
+    prepared = XlaDevice().prepare_model(conv.to_hal())
+    out = np.zeros((1, 4, 4, 8), np.float32)
+    request = Request([RequestArgument(location=DataLocation(0, 0, image.nbytes))],
+                      [RequestArgument(location=DataLocation(1, 0, out.nbytes))],
+                      [MemoryPool(pointer=image.copy()), MemoryPool(pointer=out)])
+    with pytest.raises(nnapi.NnError) as e:
+        prepared.execute_synchronously(request, MeasureTiming.NO, time.monotonic_ns() - 1, None)
+    assert e.value.status == ErrorStatus.MISSED_DEADLINE_PERSISTENT
+    shapes, timing = prepared.execute_synchronously(request, MeasureTiming.YES, None, None)
+    assert shapes[0].dimensions == (1, 4, 4, 8) and timing.time_on_device <= timing.time_in_driver
+    np.testing.assert_allclose(out, nnapi.Compilation(conv, devices=["xla"]).finish().execute([image])[0])
