@@ -2,15 +2,13 @@
 from __future__ import annotations
 
 import contextvars
-import os
-import select
 import threading
 import time
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
-from ...hal import (ClientId, ErrorStatus, ExecutionPreference, IFencedExecutionCallback, IPreparedModel,
+from ...hal import (ClientId, ErrorStatus, ExecutionPreference, IPreparedModel,
                     MeasureTiming, Model, NnError, OutputShape, Priority, Request, Timing)
 from ...hal.constants import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from ...memory import MappedImage, MappedPool, map_pool
@@ -18,6 +16,7 @@ from ...ops import numpy_dtype
 from ...memory.domains import RequestBuffers, current_client
 from ...qos import DurationStats, Scheduler, Ticket, normalize_deadline
 from ...validation import validate_request
+from ...qos.fences import FencedCallback, wait_fences
 from . import buffers
 from .interpreter import ModelExecutor, SubgraphPlan
 
@@ -57,32 +56,6 @@ def _refuse_if_passed(deadline: int | None, what: str) -> None:
 def _length(pool: MappedPool, length: int) -> int:
     """A region's length; a non-BLOB hardware buffer is used whole (length 0 = its packed content)."""
     return pool.size if length == 0 and isinstance(pool, MappedImage) else length
-
-
-class _FencedCallback(IFencedExecutionCallback):
-    def __init__(self, status: ErrorStatus, launched: Timing, fenced: Timing) -> None:
-        self._info = (status, launched, fenced)
-
-    def get_execution_info(self) -> tuple[ErrorStatus, Timing, Timing]:
-        return self._info
-
-
-def wait_fences(fences: Sequence[int], deadline: int | None) -> None:
-    """Block until every sync fence fd is readable (signalled); INVALID_ARGUMENT for a bad fd."""
-    for fd in fences:
-        if not isinstance(fd, int) or fd < 0:
-            raise NnError(ErrorStatus.INVALID_ARGUMENT, f"wait_for holds an invalid sync fence {fd!r}")
-        timeout_ms = None if deadline is None else max(0, -((time.monotonic_ns() - deadline) // 1_000_000))
-        poller = select.poll()  # poll, not select: any fd number (select stops at FD_SETSIZE, 1024)
-        try:
-            poller.register(fd, select.POLLIN)
-            ready = poller.poll(timeout_ms)
-        except (OSError, ValueError) as e:
-            raise NnError(ErrorStatus.INVALID_ARGUMENT, f"sync fence {fd} cannot be waited on: {e}") from None
-        if any(events & select.POLLNVAL for _, events in ready):
-            raise NnError(ErrorStatus.INVALID_ARGUMENT, f"sync fence {fd} is not an open file descriptor")
-        if not ready:
-            raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "deadline passed while waiting for fences")
 
 
 class ReferencePreparedModel(IPreparedModel):
@@ -272,6 +245,6 @@ class ReferencePreparedModel(IPreparedModel):
                     label="fenced execution")
         end = time.monotonic_ns()
         if measure == MeasureTiming.YES:
-            return -1, _FencedCallback(ErrorStatus.NONE, Timing(_us(end - fenced), _us(end - launched)),
+            return -1, FencedCallback(ErrorStatus.NONE, Timing(_us(end - fenced), _us(end - launched)),
                                        Timing(_us(end - fenced), _us(end - fenced)))
-        return -1, _FencedCallback(ErrorStatus.NONE, Timing(), Timing())
+        return -1, FencedCallback(ErrorStatus.NONE, Timing(), Timing())

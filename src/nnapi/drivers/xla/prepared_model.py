@@ -33,7 +33,7 @@ from ...memory import MappedImage, map_pool
 from ...memory.domains import current_client
 from ...qos import DurationStats, Scheduler, checkpoint
 from ...validation import validate_request
-from ..reference.prepared_model import _FencedCallback, wait_fences
+from ...qos.fences import FencedCallback, wait_fences
 from . import buffers, program as prog
 
 #: Inputs at least this large and 64-byte aligned are aliased rather than copied.
@@ -261,9 +261,9 @@ class XlaPreparedModel(IPreparedModel):
         self._timed(request, MeasureTiming.NO, deadline, False, client=client)
         if measure == MeasureTiming.YES:
             end = time.monotonic_ns()
-            return -1, _FencedCallback(ErrorStatus.NONE, Timing((end - fenced) // 1000, (end - launched) // 1000),
+            return -1, FencedCallback(ErrorStatus.NONE, Timing((end - fenced) // 1000, (end - launched) // 1000),
                                        Timing((end - fenced) // 1000, (end - fenced) // 1000))
-        return -1, _FencedCallback(ErrorStatus.NONE, Timing(), Timing())
+        return -1, FencedCallback(ErrorStatus.NONE, Timing(), Timing())
 
 
 class CacheRewriter:
