@@ -306,7 +306,7 @@ def _initialized(buffer, t, dims=DIMS, seed=0):
 
 def _live_free_token() -> int:
     token = 100
-    while token in buffers.TRACKER._buffers:
+    while token in buffers.DOMAIN.tracker._buffers:
         token += 1
     return token
 
@@ -451,10 +451,10 @@ def test_tokens_are_unique_among_live_buffers_and_freed_with_the_buffer(conv):
     tokens = [t for _, t in allocated]
     assert len(set(tokens)) == 20 and all(t > 0 for t in tokens)
     allocated[0][0].release()
-    assert tokens[0] not in buffers.TRACKER._buffers and tokens[1] in buffers.TRACKER._buffers
+    assert tokens[0] not in buffers.DOMAIN.tracker._buffers and tokens[1] in buffers.DOMAIN.tracker._buffers
     del allocated
     gc.collect()
-    assert not set(tokens) & set(buffers.TRACKER._buffers)
+    assert not set(tokens) & set(buffers.DOMAIN.tracker._buffers)
     request, _ = make_request([Token(tokens[5])], [Shared(size_of(T.TENSOR_FLOAT32))])
     assert execute(conv, request, "sync")[0] in (ErrorStatus.INVALID_ARGUMENT, ErrorStatus.GENERAL_FAILURE)
 

@@ -528,3 +528,29 @@ class RequestBuffers:
         """A failed execution leaves every buffer it was writing uninitialized."""
         for buffer in self.outputs.values():
             buffer.set_initialized(False)
+
+
+class DriverDomain:
+    """One driver's memory domain: its token tracker plus `allocate` / `resolve` for its own prepared
+    models (`prepared_class`, given lazily to avoid import cycles; other objects are foreign)."""
+
+    def __init__(self, prepared_class: Callable[[], type]) -> None:
+        self.tracker = BufferTracker()
+        self._prepared_class = prepared_class
+
+    def _io_operands(self, prepared_model: object):
+        if not isinstance(prepared_model, self._prepared_class()):
+            return None  # a foreign object, or another driver's prepared model
+        main = prepared_model.model.main
+        return [main.operands[i] for i in main.input_indexes], [main.operands[i] for i in main.output_indexes]
+
+    def allocate(self, desc: BufferDesc, prepared_models: Sequence[object], input_roles: Sequence[BufferRole],
+                 output_roles: Sequence[BufferRole]) -> "tuple[DriverBuffer, int]":
+        """`IDevice.allocate`: any operand type but OEM, static or dynamic dimensions, up to 2 GiB."""
+        return allocate(self.tracker, desc, prepared_models, input_roles, output_roles, self._io_operands)
+
+    def resolve(self, request: Request, prepared_model: object) -> "RequestBuffers":
+        """The request's token pools, checked against this prepared model's roles."""
+        ios = self._io_operands(prepared_model)
+        assert ios is not None
+        return RequestBuffers.resolve(self.tracker, request, prepared_model, *ios)
