@@ -52,6 +52,29 @@ def broadcast_dims(ctx: OpContext, a: Sequence[int], b: Sequence[int], *,
     return tuple(reversed(out))
 
 
+def validate_same_type_pair(ctx: OpContext, types: Sequence[T], names: tuple[str, str] = ("input 0", "input 1"),
+                            ) -> None:
+    """Two inputs and one output of one type from `types` whose shapes broadcast; quantized scales > 0.
+    Shared by the element-wise binary operations outside ADD/MUL/SUB/DIV (MAXIMUM, MINIMUM, POW, PRELU)."""
+    ctx.check_counts(2, 1)
+    t = ctx.inputs[0].type
+    if t not in types:
+        raise ctx.fail(f"{names[0]} has unsupported type {t.name}, expected "
+                       f"{'/'.join(x.name for x in types)}")
+    ctx.check_types([t, t], [t])
+    if t.is_quantized:
+        for kind, tensor in ((names[0], ctx.inputs[0]), (names[1], ctx.inputs[1]), ("output 0", ctx.outputs[0])):
+            if not np.float32(tensor.scale) > 0:
+                raise ctx.fail(f"{kind} has non-positive scale {tensor.scale}")
+    if ctx.inputs[0].dims and ctx.inputs[1].dims:
+        broadcast_dims(ctx, ctx.inputs[0].dims, ctx.inputs[1].dims, zeros_unknown=True)
+
+
+def prepare_broadcast(ctx: OpContext) -> list[tuple[int, ...]]:
+    """The output shape of a two-input broadcasting operation."""
+    return [broadcast_dims(ctx, ctx.inputs[0].dims, ctx.inputs[1].dims)]
+
+
 def _validate(ctx: OpContext) -> None:
     ctx.check_counts(3, 1)
     t = ctx.inputs[0].type

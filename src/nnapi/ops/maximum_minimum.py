@@ -11,7 +11,7 @@ import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._quant import requantize_values
-from .broadcast import broadcast_dims
+from .broadcast import broadcast_dims, prepare_broadcast, validate_same_type_pair
 from .context import OpContext
 from .registry import register
 
@@ -20,22 +20,7 @@ _TYPES = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_INT32,
 
 
 def _validate(ctx: OpContext) -> None:
-    ctx.check_counts(2, 1)
-    t = ctx.inputs[0].type
-    if t not in _TYPES:
-        raise ctx.fail(f"input 0 has unsupported type {t.name}")
-    ctx.check_types([t, t], [t])
-    if t.is_quantized:
-        for kind, tensor in (("input 0", ctx.inputs[0]), ("input 1", ctx.inputs[1]),
-                             ("output 0", ctx.outputs[0])):
-            if not np.float32(tensor.scale) > 0:
-                raise ctx.fail(f"{kind} has non-positive scale {tensor.scale}")
-    if ctx.inputs[0].dims and ctx.inputs[1].dims:
-        broadcast_dims(ctx, ctx.inputs[0].dims, ctx.inputs[1].dims, zeros_unknown=True)
-
-
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    return [broadcast_dims(ctx, ctx.inputs[0].dims, ctx.inputs[1].dims)]
+    validate_same_type_pair(ctx, _TYPES)
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
@@ -51,4 +36,4 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [np.broadcast_to(r, shape).astype(out.dtype)]
 
 
-register(Op.MAXIMUM, Op.MINIMUM, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.MAXIMUM, Op.MINIMUM, validate=_validate, prepare=prepare_broadcast, execute=_execute)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
-from .broadcast import broadcast_dims
+from .broadcast import broadcast_dims, prepare_broadcast, validate_same_type_pair
 from .context import OpContext
 from .registry import register
 
@@ -13,17 +13,7 @@ _TYPES = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32)
 
 
 def _validate(ctx: OpContext) -> None:
-    ctx.check_counts(2, 1)
-    t = ctx.inputs[0].type
-    if t not in _TYPES:
-        raise ctx.fail(f"input 0 (base) has unsupported type {t.name}, expected TENSOR_FLOAT32/TENSOR_FLOAT16")
-    ctx.check_types([t, t], [t])
-    if ctx.inputs[0].dims and ctx.inputs[1].dims:
-        broadcast_dims(ctx, ctx.inputs[0].dims, ctx.inputs[1].dims, zeros_unknown=True)
-
-
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    return [broadcast_dims(ctx, ctx.inputs[0].dims, ctx.inputs[1].dims)]
+    validate_same_type_pair(ctx, _TYPES, ('input 0 (base)', 'input 1 (exponent)'))
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
@@ -38,4 +28,4 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [np.broadcast_to(r, shape).astype(out.dtype)]
 
 
-register(Op.POW, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.POW, validate=_validate, prepare=prepare_broadcast, execute=_execute)
