@@ -117,7 +117,6 @@ def test_async_and_shared_memory_execution(add_relu):
     with pytest.raises(nnapi.NnError) as err:
         e2.set_input_from_memory(0, mem_in, 8, 16)   # past the end
     assert err.value.code == ResultCode.BAD_DATA
-    e.compute if False else None
     with pytest.raises(nnapi.NnError) as err:
         e.compute()                                  # an execution runs once
     assert err.value.code == ResultCode.BAD_STATE

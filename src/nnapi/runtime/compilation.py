@@ -128,10 +128,9 @@ class Compilation:
                         and reference is not None and e.status.name.startswith(("GENERAL", "DEVICE")))
             if not fallback:
                 raise
-            from .partitioner import Step as _Step
             main = hal_model.main
-            self.steps = [_Step(reference, hal_model, list(range(len(main.operations))), list(main.input_indexes),
-                                list(main.output_indexes))]
+            self.steps = [Step(reference, hal_model, list(range(len(main.operations))), list(main.input_indexes),
+                               list(main.output_indexes))]
             self.cache_outcomes = []
             self._prepare(self.steps[0], deadline, compound=False)
         self.cache_outcomes = [s.cache for s in self.steps]
