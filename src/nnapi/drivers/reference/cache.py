@@ -10,10 +10,9 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-from ...hal import (DataLocation, ErrorStatus, ExecutionPreference, MemoryPool, Model, NnError,
-                    OperandLifeTime, Priority)
+from ...caching.constants import relocate_constants
+from ...hal import ErrorStatus, ExecutionPreference, MemoryPool, Model, NnError, Priority
 from ...hal.serialize import model_from_bytes, model_to_bytes
-from ...memory import map_pool
 
 NUM_MODEL_CACHE, NUM_DATA_CACHE = 1, 1
 _OPTIONS = struct.Struct("<ii")
@@ -22,22 +21,8 @@ _ALIGN = 16
 
 def to_artifacts(model: Model, preference: ExecutionPreference, priority: Priority) -> tuple[bytes, bytes]:
     """(model blob, data blob) of a validated model."""
-    pools = [map_pool(p) for p in model.pools]
-    data = bytearray()
-    subgraphs = []
-    for sub in model.all_subgraphs():
-        operands = []
-        for operand in sub.operands:
-            if operand.lifetime == OperandLifeTime.CONSTANT_REFERENCE:
-                loc = operand.location
-                data.extend(b"\0" * (-len(data) % _ALIGN))
-                offset = len(data)
-                data.extend(pools[loc.pool_index].view(loc.offset, loc.length))
-                operand = dataclasses.replace(operand, location=DataLocation(0, offset, loc.length))
-            operands.append(operand)
-        subgraphs.append(dataclasses.replace(sub, operands=operands))
-    structure = dataclasses.replace(model, main=subgraphs[0], referenced=subgraphs[1:], pools=[])
-    return _OPTIONS.pack(int(preference), int(priority)) + model_to_bytes(structure), bytes(data)
+    structure, data = relocate_constants(model, _ALIGN)
+    return _OPTIONS.pack(int(preference), int(priority)) + model_to_bytes(structure), data
 
 
 def from_artifacts(model_blob: memoryview, data_blob: memoryview) -> tuple[Model, ExecutionPreference, Priority]:

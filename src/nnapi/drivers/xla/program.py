@@ -20,9 +20,9 @@ import numpy as np
 import jax
 from jax.experimental import serialize_executable
 
-from ...hal import (DataLocation, ErrorStatus, MemoryPool, Model, NnError, OperandLifeTime, OperandType)
-from ...memory import map_pool
+from ...hal import (ErrorStatus, MemoryPool, Model, NnError, OperandLifeTime, OperandType)
 from ...ops import numpy_dtype
+from ...caching.constants import relocate_constants
 from .lowering import LoweredOp, analyze, run_op
 
 ALIGN = 64
@@ -92,23 +92,8 @@ class Signature:
 def relocate(model: Model) -> tuple[Model, bytes]:
     """The model with every CONSTANT_REFERENCE value moved into one 64-byte aligned data blob
     (pool 0, an in-place buffer), and that blob."""
-    pools = [map_pool(p) for p in model.pools]
-    data = bytearray()
-    subgraphs = []
-    for sub in model.all_subgraphs():
-        operands = []
-        for operand in sub.operands:
-            if operand.lifetime == OperandLifeTime.CONSTANT_REFERENCE:
-                loc = operand.location
-                data.extend(b"\0" * (-len(data) % ALIGN))
-                offset = len(data)
-                data.extend(pools[loc.pool_index].view(loc.offset, loc.length))
-                operand = dataclasses.replace(operand, location=DataLocation(0, offset, loc.length))
-            operands.append(operand)
-        subgraphs.append(dataclasses.replace(sub, operands=operands))
-    blob = bytes(data)
-    return dataclasses.replace(model, main=subgraphs[0], referenced=subgraphs[1:],
-                               pools=[MemoryPool(pointer=blob)] if blob else []), blob
+    structure, blob = relocate_constants(model, ALIGN)
+    return dataclasses.replace(structure, pools=[MemoryPool(pointer=blob)] if blob else []), blob
 
 
 def signature(model: Model, dims: list[tuple[int, ...]], ops: list[LoweredOp]) -> Signature:
