@@ -195,6 +195,19 @@ def window_counts(in_size: int, out_size: int, filter_size: int, stride: int, pa
 
 
 # --- operand checks shared by the convolutions ----------------------------------------------
+def validate_window_conv(ctx: OpContext, sig: WindowSignature, *, channel_dim: int, bias_axis: int,
+                         positive_extras: tuple[str, ...] = ()) -> None:
+    """The validation CONV_2D, DEPTHWISE_CONV_2D and GROUPED_CONV_2D share once their input count is
+    checked: operand types and quantization, scalar parameters, the bias length against filter axis
+    `bias_axis`."""
+    check_conv_operands(ctx, channel_dim=channel_dim)
+    ctx.check_types(expected_scalar_types(sig, len(ctx.inputs)))
+    check_scalars(ctx, sig, positive_extras=positive_extras)
+    f, b = ctx.inputs[1], ctx.inputs[2]
+    if len(f.dims) == 4 and len(b.dims) == 1 and f.dims[bias_axis] and b.dims[0] and f.dims[bias_axis] != b.dims[0]:
+        raise ctx.fail(f"bias (input 2) has {b.dims[0]} elements for {f.dims[bias_axis]} output channels")
+
+
 def check_conv_operands(ctx: OpContext, *, channel_dim: int) -> None:
     """Types and quantization of (input, filter, bias) -> output for CONV_2D-like operations.
 

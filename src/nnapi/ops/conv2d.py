@@ -34,13 +34,7 @@ def _signature(ctx: OpContext) -> _conv.WindowSignature:
 
 def _validate(ctx: OpContext) -> None:
     ctx.check_counts(_COUNTS, 1)
-    sig = _signature(ctx)
-    _conv.check_conv_operands(ctx, channel_dim=0)
-    ctx.check_types(_conv.expected_scalar_types(sig, len(ctx.inputs)))
-    _conv.check_scalars(ctx, sig)
-    f, b = ctx.inputs[1], ctx.inputs[2]
-    if len(f.dims) == 4 and len(b.dims) == 1 and f.dims[0] and b.dims[0] and f.dims[0] != b.dims[0]:
-        raise ctx.fail(f"bias (input 2) has {b.dims[0]} elements for {f.dims[0]} output channels")
+    _conv.validate_window_conv(ctx, _signature(ctx), channel_dim=0, bias_axis=0)
 
 
 def _geometry(ctx: OpContext) -> _Geometry:

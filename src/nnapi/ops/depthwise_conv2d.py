@@ -37,15 +37,11 @@ def _signature(ctx: OpContext) -> _conv.WindowSignature:
 
 def _validate(ctx: OpContext) -> None:
     ctx.check_counts(_COUNTS, 1)
-    sig = _signature(ctx)
-    _conv.check_conv_operands(ctx, channel_dim=3)
-    ctx.check_types(_conv.expected_scalar_types(sig, len(ctx.inputs)))
-    _conv.check_scalars(ctx, sig, positive_extras=_EXTRAS)
-    f, b = ctx.inputs[1], ctx.inputs[2]
+    _conv.validate_window_conv(ctx, _signature(ctx), channel_dim=3, bias_axis=3,
+                               positive_extras=_EXTRAS)
+    f = ctx.inputs[1]
     if len(f.dims) == 4 and f.dims[0] not in (0, 1):
         raise ctx.fail(f"filter (input 1) dimension 0 is {f.dims[0]}, must be 1")
-    if len(f.dims) == 4 and len(b.dims) == 1 and f.dims[3] and b.dims[0] and f.dims[3] != b.dims[0]:
-        raise ctx.fail(f"bias (input 2) has {b.dims[0]} elements for {f.dims[3]} output channels")
 
 
 def _geometry(ctx: OpContext) -> _Geometry:
