@@ -5,7 +5,7 @@ from the end. Errors are INVALID_ARGUMENT naming the operation and the parameter
 """
 from __future__ import annotations
 
-from .context import OpContext
+from .context import OpContext, UnknownValue
 
 
 def normalize_axis(ctx: OpContext, axis: int, rank: int, *, param: str = "axis") -> int:
@@ -27,6 +27,16 @@ def scalar_axis(ctx: OpContext, i: int, rank: int, *, default: int | None = None
     """
     axis = ctx.scalar(i, default)
     return normalize_axis(ctx, axis, rank, param=f"input {i} (axis)")
+
+
+def check_scalar_axis(ctx: OpContext, i: int, *, default: int | None = None, tensor: int = 0) -> None:
+    """Validate-time check of axis input `i` against input `tensor`'s rank, when both are known."""
+    rank = len(ctx.inputs[tensor].dims)
+    if rank:
+        try:
+            scalar_axis(ctx, i, rank, default=default)
+        except UnknownValue:
+            pass
 
 
 def normalize_axes(ctx: OpContext, axes, rank: int, *, param: str = "axes") -> list[int]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
-from ._axis import scalar_axis
-from .context import OpContext, UnknownValue
+from ._axis import check_scalar_axis, scalar_axis
+from .context import OpContext
 from .registry import register
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32,
@@ -20,12 +20,7 @@ _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32,
 def _validate(ctx: OpContext) -> None:
     ctx.check_counts(2, 1)
     ctx.check_types([_TYPES, T.INT32], [T.TENSOR_INT32])
-    rank = len(ctx.inputs[0].dims)
-    if rank:
-        try:
-            scalar_axis(ctx, 1, rank)
-        except UnknownValue:
-            pass
+    check_scalar_axis(ctx, 1)
 
 
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
-from ._axis import scalar_axis
+from ._axis import check_scalar_axis, scalar_axis
 from .context import OpContext, UnknownValue
 from .registry import register
 
@@ -23,11 +23,7 @@ def _validate(ctx: OpContext) -> None:
     ctx.check_types([_TYPES, T.INT32, T.TENSOR_INT32], [t])
     if t.is_quantized:
         ctx.check_same_quant(0, 0, j_output=True)
-    if ctx.inputs[0].dims:
-        try:
-            scalar_axis(ctx, 1, len(ctx.inputs[0].dims))
-        except UnknownValue:
-            pass
+    check_scalar_axis(ctx, 1)
     if ctx.inputs[2].value is not None and ctx.inputs[0].dims:
         try:
             _check_indices(ctx, ctx.inputs[2].value, zeros_unknown=True)

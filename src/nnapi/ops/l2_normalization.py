@@ -11,10 +11,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
-from ._axis import scalar_axis
+from ._axis import check_scalar_axis, scalar_axis
 from ._quant import (as_float32, inv_sqrt_quantized_multiplier_exp, multiply_by_quantized_multiplier,
                      rounding_divide_by_pot, saturating_rounding_doubling_high_mul)
-from .context import OpContext, UnknownValue
+from .context import OpContext
 from .registry import register
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
@@ -32,12 +32,7 @@ def _validate(ctx: OpContext) -> None:
         if as_float32(out.scale) != 1.0 / 128 or out.zero_point != _OUTPUT_ZERO_POINT[t]:
             raise ctx.fail(f"output 0 must have scale {1.0 / 128} and zero point {_OUTPUT_ZERO_POINT[t]}, "
                            f"got {out.scale} and {out.zero_point}")
-    rank = len(ctx.inputs[0].dims)
-    if rank:
-        try:
-            scalar_axis(ctx, 1, rank, default=-1)
-        except UnknownValue:
-            pass
+    check_scalar_axis(ctx, 1, default=-1)
 
 
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:

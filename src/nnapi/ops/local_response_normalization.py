@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
-from ._axis import scalar_axis
-from .context import OpContext, UnknownValue
+from ._axis import check_scalar_axis, scalar_axis
+from .context import OpContext
 from .registry import register
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
@@ -24,12 +24,7 @@ def _validate(ctx: OpContext) -> None:
     s = T.FLOAT16 if t == T.TENSOR_FLOAT16 else T.FLOAT32
     ctx.check_types([t, T.INT32, s, s, s, T.INT32], [t])
     ctx.check_rank(0, 1, 2, 3, 4)
-    rank = len(ctx.inputs[0].dims)
-    if rank:
-        try:
-            scalar_axis(ctx, 5, rank, default=-1)
-        except UnknownValue:
-            pass
+    check_scalar_axis(ctx, 5, default=-1)
 
 
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
-from ._axis import scalar_axis
-from .context import OpContext, UnknownValue
+from ._axis import check_scalar_axis, scalar_axis
+from .context import OpContext
 from .registry import register
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
@@ -21,12 +21,7 @@ def _validate(ctx: OpContext) -> None:
     t = ctx.inputs[0].type
     beta_type = T.FLOAT16 if t == T.TENSOR_FLOAT16 else T.FLOAT32
     ctx.check_types([_TYPES, beta_type, T.INT32], [t])
-    rank = len(ctx.inputs[0].dims)
-    if rank:
-        try:
-            scalar_axis(ctx, 2, rank)
-        except UnknownValue:
-            pass
+    check_scalar_axis(ctx, 2)
 
 
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
