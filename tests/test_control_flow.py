@@ -1,4 +1,6 @@
-"""IF and WHILE run referenced subgraphs on the same interpreter; WHILE honours the loop timeout."""
+"""IF and WHILE on every device: the reference driver runs referenced subgraphs on the same
+interpreter, the XLA driver compiles them into the program (lax.while_loop / lax.cond, with an
+iteration budget that grows until the loop ends or the loop timeout passes)."""
 from __future__ import annotations
 
 import time
@@ -46,16 +48,53 @@ def _while_model() -> nnapi.Model:
     return m
 
 
-def test_while_counts_up():
-    c = nnapi.Compilation(_while_model()).finish()
+DEVICES = ["reference", "xla"]
+
+
+def _compile(model: nnapi.Model, device: str, **options) -> nnapi.Compilation:
+    c = nnapi.Compilation(model, devices=[device], **options).finish()
+    assert [s.device.name for s in c.steps] == [device]   # the whole model, control flow included
+    return c
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_while_counts_up(device):
+    c = _compile(_while_model(), device)
     (y,) = c.execute([np.array([3], np.int32), np.array([10], np.int32)])
     assert y.tolist() == [10]
     (y,) = c.execute([np.array([12], np.int32), np.array([10], np.int32)])   # body never runs
     assert y.tolist() == [12]
 
 
-def test_while_loop_timeout_is_a_transient_deadline_miss():
-    c = nnapi.Compilation(_while_model()).finish()
+def test_xla_loop_budget_grows_until_the_loop_ends_and_is_kept():
+    """More iterations than the first budget: the program runs again with a larger budget (same
+    result as one long run), and the next execution starts from the budget that sufficed."""
+    from nnapi.drivers.xla.prepared_model import FIRST_LOOP_BUDGET
+    c = _compile(_while_model(), "xla")
+    prepared = c.steps[0].prepared
+    n = 10 * FIRST_LOOP_BUDGET + 7
+    (y,) = c.execute([np.array([0], np.int32), np.array([n], np.int32)])
+    assert y.tolist() == [n]
+    kept = prepared._loop_budgets[0]
+    assert kept >= n
+    (y,) = c.execute([np.array([5], np.int32), np.array([n], np.int32)])
+    assert y.tolist() == [n] and prepared._loop_budgets[0] == kept
+
+
+def test_xla_loop_program_is_cached(tmp_path):
+    token = bytes([5] * 32)
+    first = _compile(_while_model(), "xla", cache_dir=tmp_path, token=token)
+    hit = _compile(_while_model(), "xla", cache_dir=tmp_path, token=token)
+    assert [o.outcome for o in first.cache_outcomes] == ["miss"]
+    assert [o.outcome for o in hit.cache_outcomes] == ["hit"]
+    assert hit.steps[0].prepared.signature.loops
+    (y,) = hit.execute([np.array([1], np.int32), np.array([3000], np.int32)])
+    assert y.tolist() == [3000]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_while_loop_timeout_is_a_transient_deadline_miss(device):
+    c = _compile(_while_model(), device)
     e = nnapi.Execution(c)
     e.set_loop_timeout(0.05)
     e.set_input(0, np.array([0], np.int32))
@@ -68,7 +107,8 @@ def test_while_loop_timeout_is_a_transient_deadline_miss():
     assert time.monotonic() - start < 5
 
 
-def test_if_picks_the_branch():
+@pytest.mark.parametrize("device", DEVICES)
+def test_if_picks_the_branch(device):
     then_graph = _graph(Op.ADD, 1, T.TENSOR_INT32, extra_const=100)
     else_graph = _graph(Op.ADD, 1, T.TENSOR_INT32, extra_const=-100)
     m = nnapi.Model()
@@ -82,6 +122,6 @@ def test_if_picks_the_branch():
     m.add_operation(Op.IF, [cond, t, f, x], [out])
     m.identify_inputs_and_outputs([cond, x], [out])
     m.finish()
-    c = nnapi.Compilation(m).finish()
+    c = _compile(m, device)
     assert c.execute([np.array([True]), np.array([5], np.int32)])[0].tolist() == [105]
     assert c.execute([np.array([False]), np.array([5], np.int32)])[0].tolist() == [-95]

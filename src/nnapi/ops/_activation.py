@@ -82,10 +82,14 @@ def check_cell_activation(op_name: str, value: int, param: str = "activation") -
     return value
 
 
-def apply_cell_activation(x: np.ndarray, activation: int) -> np.ndarray:
-    """Apply a recurrent-cell activation (codes of CELL_ACTIVATIONS) to a float array."""
+def apply_cell_activation(x: np.ndarray, activation: int, xp=np) -> np.ndarray:
+    """Apply a recurrent-cell activation (codes of CELL_ACTIVATIONS) to a float array; `xp` is the
+    array namespace (numpy here, jax.numpy when the XLA driver traces the same cell)."""
     if activation == 4:
-        return np.tanh(x)
+        return xp.tanh(x)
     if activation == 6:
-        return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype)
-    return apply_float(x, activation)
+        return (1.0 / (1.0 + xp.exp(-x))).astype(x.dtype)
+    if xp is np:
+        return apply_float(x, activation)
+    lo, hi = _FLOAT_RANGES[FusedActivationFunc(activation)]
+    return x if lo is None and hi is None else xp.clip(x, lo, hi)

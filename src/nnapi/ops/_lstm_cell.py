@@ -209,9 +209,12 @@ class CellWeights:
 
 
 def load_weights(ctx: OpContext, ix: CellIndex, cfg: CellConfig, activation: int, cell_clip: float,
-                 proj_clip: float, *, use_aux: bool = False) -> CellWeights:
+                 proj_clip: float, *, use_aux: bool = False, value=None) -> CellWeights:
+    """The cell's weights; `value(i)` reads input i (default: its float32 value in the context)."""
+    read = value if value is not None else (lambda i: ctx.input(i).astype(np.float32))
+
     def get(i: int) -> np.ndarray | None:
-        return ctx.input(i).astype(np.float32) if _has(ctx, i) else None
+        return read(i) if _has(ctx, i) else None
 
     return CellWeights(
         cfg, activation, cell_clip, proj_clip,
@@ -229,35 +232,37 @@ def load_weights(ctx: OpContext, ix: CellIndex, cfg: CellConfig, activation: int
     )
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+def _sigmoid(x: np.ndarray, xp=np) -> np.ndarray:
+    return 1.0 / (1.0 + xp.exp(-x))
 
 
-def _mean_stddev_normalization(x: np.ndarray) -> np.ndarray:
+def _mean_stddev_normalization(x: np.ndarray, xp=np) -> np.ndarray:
     """tflite MeanStddevNormalization over the last axis (per batch)."""
     mean = x.mean(axis=-1, keepdims=True)
     var = ((x - mean) ** 2).mean(axis=-1, keepdims=True)
-    return (x - mean) / np.sqrt(var + LAYER_NORM_EPSILON)
+    return (x - mean) / xp.sqrt(var + LAYER_NORM_EPSILON)
 
 
-def step(w: CellWeights, x: np.ndarray, aux: np.ndarray | None, h: np.ndarray, c: np.ndarray
+def step(w: CellWeights, x: np.ndarray, aux: np.ndarray | None, h: np.ndarray, c: np.ndarray, xp=np
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One LSTMStep: (output [B, n_output], cell state [B, n_cell], scratch [B, 3|4 * n_cell]).
 
-    Computed in float64; the caller stores states as float32 like Android's buffers.
+    With numpy (`xp`) it computes in float64 and the caller stores states as float32 like
+    Android's buffers; with jax.numpy (the XLA driver's lowering) it computes in float32.
     """
     cfg = w.cfg
-    x = x.astype(np.float64)
-    h = h.astype(np.float64)
-    c = c.astype(np.float64)
+    wide = np.float64 if xp is np else np.float32
+    x = x.astype(wide)
+    h = h.astype(wide)
+    c = c.astype(wide)
     gates = []
     for g in range(4):  # input, forget, cell, output
         if g == 0 and cfg.use_cifg:
             gates.append(None)
             continue
-        acc = x @ w.w_in[g].T.astype(np.float64) + h @ w.w_rec[g].T.astype(np.float64)
+        acc = x @ w.w_in[g].T.astype(wide) + h @ w.w_rec[g].T.astype(wide)
         if aux is not None and w.w_aux[g] is not None:
-            acc = acc + aux.astype(np.float64) @ w.w_aux[g].T.astype(np.float64)
+            acc = acc + aux.astype(wide) @ w.w_aux[g].T.astype(wide)
         if not cfg.use_layer_norm:
             acc = acc + w.bias[g]
         gates.append(acc)
@@ -266,38 +271,38 @@ def step(w: CellWeights, x: np.ndarray, aux: np.ndarray | None, h: np.ndarray, c
         if cfg.use_peephole:
             i_gate = i_gate + w.peephole[0] * c
         if cfg.use_layer_norm:
-            i_gate = _mean_stddev_normalization(i_gate) * w.layer_norm[0] + w.bias[0]
-        i_gate = _sigmoid(i_gate)
+            i_gate = _mean_stddev_normalization(i_gate, xp) * w.layer_norm[0] + w.bias[0]
+        i_gate = _sigmoid(i_gate, xp)
     if cfg.use_peephole:
         f_gate = f_gate + w.peephole[1] * c
     if cfg.use_layer_norm:
-        f_gate = _mean_stddev_normalization(f_gate) * w.layer_norm[1] + w.bias[1]
-    f_gate = _sigmoid(f_gate)
+        f_gate = _mean_stddev_normalization(f_gate, xp) * w.layer_norm[1] + w.bias[1]
+    f_gate = _sigmoid(f_gate, xp)
     if cfg.use_layer_norm:
-        cell = _mean_stddev_normalization(cell) * w.layer_norm[2] + w.bias[2]
-    cell = apply_cell_activation(cell, w.activation)
+        cell = _mean_stddev_normalization(cell, xp) * w.layer_norm[2] + w.bias[2]
+    cell = apply_cell_activation(cell, w.activation, xp)
     new_c = f_gate * c + cell * ((1.0 - f_gate) if cfg.use_cifg else i_gate)
     if w.cell_clip > 0.0:
-        new_c = np.clip(new_c, -w.cell_clip, w.cell_clip)
-    new_c = new_c.astype(np.float32).astype(np.float64)
+        new_c = xp.clip(new_c, -w.cell_clip, w.cell_clip)
+    new_c = new_c.astype(np.float32).astype(wide)
     if cfg.use_peephole:
         o_gate = o_gate + w.peephole[2] * new_c
     if cfg.use_layer_norm:
-        o_gate = _mean_stddev_normalization(o_gate) * w.layer_norm[3] + w.bias[3]
-    o_gate = _sigmoid(o_gate)
-    act_c = apply_cell_activation(new_c, w.activation)
+        o_gate = _mean_stddev_normalization(o_gate, xp) * w.layer_norm[3] + w.bias[3]
+    o_gate = _sigmoid(o_gate, xp)
+    act_c = apply_cell_activation(new_c, w.activation, xp)
     hidden = o_gate * act_c
     if cfg.use_projection:
-        out = hidden @ w.proj_w.T.astype(np.float64)
+        out = hidden @ w.proj_w.T.astype(wide)
         if w.proj_b is not None:
             out = out + w.proj_b
         if w.proj_clip > 0.0:
-            out = np.clip(out, -w.proj_clip, w.proj_clip)
+            out = xp.clip(out, -w.proj_clip, w.proj_clip)
     else:
         out = hidden
     # Scratch as Android leaves it: [input gate,] cell (activated state), forget (1 - f with CIFG), output.
     parts = ([] if cfg.use_cifg else [i_gate]) + [act_c, (1.0 - f_gate) if cfg.use_cifg else f_gate, hidden]
-    scratch = np.concatenate(parts, axis=-1)
+    scratch = xp.concatenate(parts, axis=-1)
     return out.astype(np.float32), new_c.astype(np.float32), scratch.astype(np.float32)
 
 

@@ -14,13 +14,14 @@ from .context import OpContext
 
 def rnn_step(x: np.ndarray, hidden: np.ndarray, weights: np.ndarray, recurrent: np.ndarray,
              bias: np.ndarray, activation: int, aux_x: np.ndarray | None = None,
-             aux_weights: np.ndarray | None = None) -> np.ndarray:
-    """One step for a batch: x [batch, input_size], hidden [batch, num_units] -> [batch, num_units]."""
+             aux_weights: np.ndarray | None = None, xp=np) -> np.ndarray:
+    """One step for a batch: x [batch, input_size], hidden [batch, num_units] -> [batch, num_units];
+    `xp` is numpy or jax.numpy (the XLA driver traces the same step)."""
     out = x @ weights.T + bias
     if aux_x is not None and aux_weights is not None:
         out = out + aux_x @ aux_weights.T
     out = out + hidden @ recurrent.T
-    return apply_cell_activation(out.astype(np.float32), activation)
+    return apply_cell_activation(out.astype(np.float32), activation, xp)
 
 
 def f32(ctx: OpContext, i: int) -> np.ndarray:

@@ -55,7 +55,7 @@ def from_artifacts(model_blob: memoryview, data_blob: memoryview):
         raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla model cache has {len(payloads)} executables for "
                                                    f"{len(seg_sigs)} sub-models")
     try:
-        segments = [(s, prog.deserialize(p, len(s.inputs) + len(s.constants), len(s.outputs)))
+        segments = [(s, prog.deserialize(p, s.n_args, s.n_results))
                     for s, p in zip(seg_sigs, payloads)]
     except Exception as e:
         raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla executable cannot be loaded: {type(e).__name__}: {e}") from None

@@ -21,7 +21,6 @@ from ...hal import (Capabilities, DataLocation, MeasureTiming, MemoryPool, Model
                     OperandPerformance, OperandType as T, Operation, OperationType as Op, PerformanceInfo,
                     Request, RequestArgument, Subgraph)
 
-FLT_MAX = 3.4028234663852886e38
 #: Used when the calibration cannot run: slower than the reference, so nothing moves to XLA.
 FALLBACK = 2.0
 _FLOAT_TYPES = {T.TENSOR_FLOAT32: "float32", T.FLOAT32: "float32", T.TENSOR_FLOAT16: "float16",
@@ -155,6 +154,6 @@ def capabilities(device) -> Capabilities:
     except Exception:  # never fail discovery over a calibration
         ratios = {"float32": FALLBACK, "float16": FALLBACK}
     info = {k: PerformanceInfo(v, v) for k, v in ratios.items()}
-    slow = PerformanceInfo(FLT_MAX, FLT_MAX)
     entries = tuple(OperandPerformance(t, info[_FLOAT_TYPES[t]]) for t in sorted(_FLOAT_TYPES))
-    return Capabilities(info["float32"], info["float32"], entries, slow, slow)
+    # IF / WHILE run their subgraphs inside the same compiled program: float speed.
+    return Capabilities(info["float32"], info["float32"], entries, info["float32"], info["float32"])

@@ -88,7 +88,7 @@ class XlaDevice(IDevice):
         if flags is not None:
             return list(flags)
         validate_model(model)
-        from .lowering import analyze
+        from .analysis import analyze
         try:
             _, lowered = analyze(model)
             flags = [lop is not None for lop in lowered]

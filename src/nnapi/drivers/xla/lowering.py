@@ -6,10 +6,8 @@ the operation's inputs as traced jax values, and returns the outputs. Parameters
 operation's own helpers in `ops/` (`_geometry`, `_axes`, `_plan`, ...): validation, shape
 inference and parameter resolution live there once; only the kernels are written here.
 
-What the driver claims is decided by `analyze`: an operation is supported when its entry exists,
-its operands are float32 / float16 (plus int32 / bool where the entry says so) with fully known,
-non-zero shapes, and tracing the entry abstractly (`jax.eval_shape`) gives exactly the shapes and
-types shape inference declared. Quantized operations stay on the reference driver.
+IF and WHILE (`control_flow`) register here too; what the driver claims is decided in `analysis`.
+Quantized operations stay on the reference driver.
 """
 from __future__ import annotations
 
@@ -25,10 +23,11 @@ from jax import lax
 
 from ...hal import FusedActivationFunc, Model, OperandLifeTime, OperandType as T, OperationType as Op
 from ...ops import OpContext, numpy_dtype
-from ...ops import (_activation, concatenation, conv2d, depth_space, depthwise_conv2d, expand_dims, gather,
-                    grouped_conv2d, l2_normalization, pad, pooling, reduce, reshape, resize,
-                    slice as slice_op, softmax, space_batch, split, squeeze, strided_slice, tile, transpose,
-                    transpose_conv2d, channel_shuffle, fully_connected)
+from ...ops import (_activation, _lstm_cell as lstm_cell, _rnn as rnn_cell, batch_matmul, channel_shuffle,
+                    concatenation, conv2d, depth_space, depthwise_conv2d, expand_dims, fill, fully_connected,
+                    gather, grouped_conv2d, l2_normalization, lstm, pad, pooling, reduce, reshape, resize, rnn,
+                    sequence_lstm, sequence_rnn, slice as slice_op, softmax, space_batch, split, squeeze,
+                    strided_slice, tile, transpose, transpose_conv2d)
 from ...ops._axis import scalar_axis
 from ...ops._padding import split_dims
 from ...validation import ConstantReader, build_operation_context, infer_model_shapes
@@ -39,25 +38,28 @@ FLOAT = (F32, F16)
 TENSOR_TYPES = frozenset({F32, F16, I32, B8})
 HIGHEST = lax.Precision.HIGHEST
 
-LowerFn = Callable[[OpContext, list], list]
-
 
 @dataclass(frozen=True)
 class Lowering:
-    fn: LowerFn
+    """One table entry: `fn(ctx, inputs) -> outputs`; control-flow entries (IF, WHILE) instead
+    take `fn(ctx, inputs, lowered_op, loop_budget)` and have `control`, which lowers their
+    referenced subgraphs at analysis (see `control_flow`)."""
+
+    fn: Callable
     #: Types input 0 may have.
     types: tuple[T, ...] = FLOAT
+    control: Callable | None = None
 
 
 LOWERINGS: dict[Op, Lowering] = {}
 
 
-def lowers(*ops: Op, types: tuple[T, ...] = FLOAT):
-    def wrap(fn: LowerFn) -> LowerFn:
+def lowers(*ops: Op, types: tuple[T, ...] = FLOAT, control: Callable | None = None):
+    def wrap(fn: Callable) -> Callable:
         for op in ops:
             if op in LOWERINGS:
                 raise RuntimeError(f"{op.name} lowered twice")
-            LOWERINGS[op] = Lowering(fn, types)
+            LOWERINGS[op] = Lowering(fn, types, control)
         return fn
     return wrap
 
@@ -527,97 +529,126 @@ def _select(ctx, xs):
     return [jnp.where(xs[0], xs[1], xs[2])]
 
 
-# --- analysis: what the driver claims ------------------------------------------------------------------
+@lowers(Op.FILL, types=(I32,))
+def _fill(ctx, xs):
+    (dims,) = fill._prepare(ctx)
+    return [jnp.full(dims, xs[1], numpy_dtype(ctx.outputs[0].type))]
+
+
+@lowers(Op.RANK, types=FLOAT + (I32, B8))
+def _rank(ctx, xs):
+    return [np.int32(len(ctx.inputs[0].dims))]
+
+
+# --- matrix products and recurrent cells ------------------------------------------------------------
+@lowers(Op.BATCH_MATMUL, types=FLOAT + (I32,))
+def _batch_matmul(ctx, xs):
+    batch_matmul._output_dims(ctx)
+    adj_x, adj_y = batch_matmul._flags(ctx)
+    a, b = xs[0], xs[1]
+    a = jnp.swapaxes(a, -1, -2) if adj_x else a
+    b = jnp.swapaxes(b, -1, -2) if adj_y else b
+    if ctx.inputs[0].type == I32:  # wraps like C++ int32 arithmetic
+        return [jnp.matmul(jnp.asarray(a, jnp.int32), jnp.asarray(b, jnp.int32))]
+    return [jnp.matmul(f32(a), f32(b), precision=HIGHEST)]
+
+
+def _time_major(x, time_major: bool):
+    return x if time_major else jnp.swapaxes(x, 0, 1)
+
+
+def _lstm_scan(w, x, aux, h0, c0, *, forward: bool = True):
+    """The shared LSTM cell (`ops._lstm_cell.step`, traced with jax.numpy) over a time-major
+    sequence: (outputs [T, B, n_output], final output state, final cell state)."""
+    def body(carry, xt):
+        h, c = carry
+        x_t, aux_t = xt
+        h, c, _ = lstm_cell.step(w, x_t, aux_t, h, c, xp=jnp)
+        return (h, c), h
+
+    (h, c), outs = lax.scan(body, (f32(h0), f32(c0)), (x, aux), reverse=not forward)
+    return outs, h, c
+
+
+@lowers(Op.LSTM)
+def _lstm(ctx, xs):
+    cfg = lstm._config(ctx)
+    params = lstm_cell.check_params(ctx, lstm._ACTIVATION, lstm._CELL_CLIP, lstm._PROJ_CLIP)
+    w = lstm_cell.load_weights(ctx, lstm._IX, cfg, *params, value=lambda i: f32(xs[i]))
+    h, c, scratch = lstm_cell.step(w, f32(xs[0]), None, f32(xs[lstm._IX.output_state_in]),
+                                   f32(xs[lstm._IX.cell_state_in]), xp=jnp)
+    return [scratch, h, c, h]
+
+
+@lowers(Op.UNIDIRECTIONAL_SEQUENCE_LSTM)
+def _sequence_lstm(ctx, xs):
+    ix = sequence_lstm._UNI
+    cfg, time_major, _ = sequence_lstm._uni_config(ctx)
+    params = lstm_cell.check_params(ctx, sequence_lstm._UNI_ACT, sequence_lstm._UNI_CELL_CLIP,
+                                    sequence_lstm._UNI_PROJ_CLIP)
+    w = lstm_cell.load_weights(ctx, ix, cfg, *params, value=lambda i: f32(xs[i]))
+    outs, h, c = _lstm_scan(w, _time_major(f32(xs[0]), time_major), None, xs[ix.output_state_in],
+                            xs[ix.cell_state_in])
+    return [_time_major(outs, time_major), h, c][:len(ctx.outputs)]
+
+
+@lowers(Op.BIDIRECTIONAL_SEQUENCE_LSTM)
+def _bidirectional_lstm(ctx, xs):
+    sl = sequence_lstm
+    fw, bw, time_major, merge, parallel, cross, _ = sl._bi_config(ctx)
+    params = lstm_cell.check_params(ctx, sl._BI_ACT, sl._BI_CELL_CLIP, sl._BI_PROJ_CLIP)
+    x = _time_major(f32(xs[0]), time_major)
+    aux = _time_major(f32(xs[sl._AUX_INPUT]), time_major) if ctx.has_input(sl._AUX_INPUT) else None
+    value = lambda i: f32(xs[i])  # noqa: E731
+    w_fw = lstm_cell.load_weights(ctx, sl._FW, fw, *params, use_aux=cross, value=value)
+    w_bw = lstm_cell.load_weights(ctx, sl._BW, bw, *params, use_aux=cross, value=value)
+    fw_out, fw_h, fw_c = _lstm_scan(w_fw, x, aux if cross else None, xs[sl._FW.output_state_in],
+                                    xs[sl._FW.cell_state_in])
+    bw_out, bw_h, bw_c = _lstm_scan(w_bw, aux if parallel else x, aux if cross else None,
+                                    xs[sl._BW.output_state_in], xs[sl._BW.cell_state_in], forward=False)
+    fw_out, bw_out = _time_major(fw_out, time_major), _time_major(bw_out, time_major)
+    outs = [jnp.concatenate([fw_out, bw_out], axis=-1)] if merge else [fw_out, bw_out]
+    return outs + ([fw_h, fw_c, bw_h, bw_c] if len(ctx.outputs) in (5, 6) else [])
+
+
+@lowers(Op.RNN)
+def _rnn(ctx, xs):
+    rnn._prepare(ctx)
+    h = rnn_cell.rnn_step(f32(xs[0]), f32(xs[4]), f32(xs[1]), f32(xs[2]), f32(xs[3]), ctx.scalar(5), xp=jnp)
+    return [h, h]
+
+
+@lowers(Op.UNIDIRECTIONAL_SEQUENCE_RNN)
+def _sequence_rnn(ctx, xs):
+    sequence_rnn._uni_prepare(ctx)
+    time_major, act = sequence_rnn._uni_time_major(ctx), ctx.scalar(5)
+    w, r, b = f32(xs[1]), f32(xs[2]), f32(xs[3])
+
+    def body(h, x_t):
+        h = rnn_cell.rnn_step(x_t, h, w, r, b, act, xp=jnp)
+        return h, h
+
+    h, outs = lax.scan(body, f32(xs[4]), _time_major(f32(xs[0]), time_major))
+    return [_time_major(outs, time_major), h][:len(ctx.outputs)]
+
+
+# --- lowered operations ------------------------------------------------------------------------------
 @dataclass
 class LoweredOp:
-    """One main-graph operation ready to lower: its index, operand indexes, context and entry."""
+    """One operation ready to lower: its index, operand indexes, context and entry; for IF and
+    WHILE also their referenced subgraphs lowered for this operation's shapes (`analysis`)."""
 
     index: int
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
     ctx: OpContext
     lowering: Lowering
+    graphs: tuple = ()
 
 
-def _operand_ok(operand, dims: Sequence[int]) -> bool:
-    t = T(operand.type)
-    if t.is_scalar:
-        return t in (T.FLOAT32, T.FLOAT16, T.INT32, T.BOOL)
-    return t in TENSOR_TYPES and len(dims) > 0 and all(d > 0 for d in dims)
-
-
-def _static_check(model: Model, dims, op, index: int, reader: ConstantReader) -> LoweredOp | None:
-    entry = LOWERINGS.get(op.type)
-    if entry is None:
-        return None
-    sub = model.main
-    for i in (*op.inputs, *op.outputs):
-        operand = sub.operands[i]
-        if operand.lifetime == OperandLifeTime.NO_VALUE:
-            continue
-        if not _operand_ok(operand, dims[i]):
-            return None
-    try:
-        ctx = build_operation_context(model, sub, op, dims=dims, constants=reader)
-    except Exception:
-        return None
-    if not ctx.inputs or ctx.inputs[0].type not in entry.types:
-        return None
-    return LoweredOp(index, tuple(op.inputs), tuple(op.outputs), ctx, entry)
-
-
-def analyze(model: Model) -> tuple[list[tuple[int, ...]], list[LoweredOp | None]]:
-    """Inferred operand shapes and, per main-graph operation, its LoweredOp or None (not claimed).
-
-    The claim is proven by tracing every candidate abstractly: an entry that fails to trace, or
-    whose outputs differ from the inferred shapes and types, is not claimed. An unclaimed
-    operation's outputs are stood in by zeros, so later operations are judged on their own.
-    """
-    dims = infer_model_shapes(model)
-    reader = ConstantReader(model)
-    sub = model.main
-    candidates = [_static_check(model, dims, op, k, reader) for k, op in enumerate(sub.operations)]
-    if not any(candidates):
-        return dims, candidates
-    verdict = list(candidates)
-    placeholders = {}
-    for k, op in enumerate(sub.operations):
-        for i in (*op.inputs, *op.outputs):
-            operand = sub.operands[i]
-            if operand.lifetime in (OperandLifeTime.SUBGRAPH_INPUT, OperandLifeTime.TEMPORARY_VARIABLE,
-                                    OperandLifeTime.SUBGRAPH_OUTPUT) and _operand_ok(operand, dims[i]):
-                shape = () if T(operand.type).is_scalar else tuple(dims[i])
-                placeholders[i] = jax.ShapeDtypeStruct(shape, numpy_dtype(T(operand.type)))
-    inputs = {i: s for i, s in placeholders.items() if sub.operands[i].lifetime == OperandLifeTime.SUBGRAPH_INPUT}
-
-    def trace(args):
-        values = dict(args)
-        for k, lop in enumerate(candidates):
-            op = sub.operations[k]
-            ok = lop is not None
-            if ok:
-                try:
-                    outs = run_op(lop, values, consts={})
-                    for i, o in zip(op.outputs, outs):
-                        want = placeholders.get(i)
-                        if want is None or tuple(o.shape) != tuple(want.shape):
-                            raise ValueError("shape mismatch")
-                        values[i] = o.astype(want.dtype)
-                except Exception:
-                    ok = False
-            if not ok:
-                verdict[k] = None
-                for i in op.outputs:
-                    if i in placeholders:
-                        values[i] = jnp.zeros(placeholders[i].shape, placeholders[i].dtype)
-        return 0
-
-    jax.eval_shape(trace, inputs)
-    return dims, verdict
-
-
-def run_op(lop: LoweredOp, values: dict, consts: dict) -> list:
-    """Lower one operation: constants come from `consts` (executable arguments) or the context."""
+def run_op(lop: LoweredOp, values: dict, consts: dict, env=None) -> list:
+    """Lower one operation: constants come from `consts` (executable arguments) or the context;
+    `env` is the program's `control_flow.LoopBudget` (control-flow entries only)."""
     xs = []
     for k, i in enumerate(lop.inputs):
         t = lop.ctx.inputs[k]
@@ -631,10 +662,16 @@ def run_op(lop: LoweredOp, values: dict, consts: dict) -> list:
             xs.append(t.value)
         else:
             raise ValueError(f"operand {i} has no value")
-    outs = lop.lowering.fn(lop.ctx, xs)
+    if lop.lowering.control is not None:
+        outs = lop.lowering.fn(lop.ctx, xs, lop, env)
+    else:
+        outs = lop.lowering.fn(lop.ctx, xs)
     if len(outs) != len(lop.outputs):
         raise ValueError(f"{lop.ctx.op.name}: lowering gave {len(outs)} outputs for {len(lop.outputs)}")
     return [jnp.asarray(o) for o in outs]
 
 
-__all__ = ["LOWERINGS", "Lowering", "LoweredOp", "analyze", "run_op"]
+__all__ = ["LOWERINGS", "Lowering", "LoweredOp", "lowers", "run_op"]
+
+# IF and WHILE register their entries in the same table (they need LoweredOp and run_op above).
+from . import control_flow  # noqa: E402,F401

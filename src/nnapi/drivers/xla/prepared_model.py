@@ -14,6 +14,11 @@ then rewritten under the exclusive lock through duplicated cache handles.
 Quality of service: executions run through the device's `qos.Scheduler` (per-app queues,
 priorities, deadlines); between sub-models the run reaches a `qos.checkpoint`, where the scheduler
 may preempt it for higher-priority work or abort it at its deadline (Q3, Q6).
+
+WHILE loops: a sub-model with loops runs with an iteration budget (`control_flow`); when a loop
+runs out of it, the sub-model runs again with a larger one, until the loops finish or the
+execution's loop timeout has passed (MISSED_DEADLINE_TRANSIENT). The budget that sufficed is kept
+for the next execution, so steady-state executions run once.
 """
 from __future__ import annotations
 
@@ -28,7 +33,7 @@ import jax
 
 from ...hal import (CacheHandles, ErrorStatus, ExecutionPreference, IPreparedModel, MeasureTiming, Model,
                     NnError, OutputShape, Priority, Request, Timing)
-from ...hal.constants import NO_DEADLINE
+from ...hal.constants import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, NO_DEADLINE
 from ...memory import MappedImage, map_pool
 from ...memory.domains import current_client
 from ...qos import DurationStats, Scheduler, checkpoint
@@ -38,6 +43,10 @@ from . import buffers, program as prog
 
 #: Inputs at least this large and 64-byte aligned are aliased rather than copied.
 ALIAS_MIN_BYTES = 1 << 16
+#: Iterations each WHILE loop may run in the first run of a sub-model; at most int32's largest.
+FIRST_LOOP_BUDGET, MAX_LOOP_BUDGET = 1 << 10, (1 << 31) - 1
+#: A budget that ran out grows by at most this factor per run.
+LOOP_BUDGET_GROWTH = 4.0
 
 
 _shared_lock = threading.Lock()
@@ -91,6 +100,8 @@ class XlaPreparedModel(IPreparedModel):
         self._on_optimized = on_optimized
         self._optimize_after = optimize_after if stage == "quick" else None
         self._runs = 0
+        #: Per sub-model, the loop budget that last sufficed (the next execution starts there).
+        self._loop_budgets: dict[int, int] = {}
         self._lock = threading.Lock()
         self._optimizer: threading.Thread | None = None
         self.optimize_error: str | None = None
@@ -147,16 +158,18 @@ class XlaPreparedModel(IPreparedModel):
         return list(self._segments)
 
     # --- one run ------------------------------------------------------------------------------------
-    def _run(self, request: Request, deadline: int | None, allow_unspecified_output: bool = True) -> list[OutputShape]:
+    def _run(self, request: Request, deadline: int | None, allow_unspecified_output: bool = True,
+             loop_timeout_ns: int | None = None) -> list[OutputShape]:
         validate_request(request, self.model, allow_unspecified_output=allow_unspecified_output)
         device_buffers = buffers.resolve(request, self)  # tokens, roles, initialized (memory domains)
         try:
-            return self._run_mapped(request, deadline, device_buffers)
+            return self._run_mapped(request, deadline, device_buffers, loop_timeout_ns)
         except BaseException:
             device_buffers.fail_outputs()  # a failed execution leaves its buffer outputs uninitialized
             raise
 
-    def _run_mapped(self, request: Request, deadline: int | None, device_buffers) -> list[OutputShape]:
+    def _run_mapped(self, request: Request, deadline: int | None, device_buffers,
+                    loop_timeout_ns: int | None = None) -> list[OutputShape]:
         if deadline is not None and time.monotonic_ns() > deadline:
             raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "deadline had passed when the execution started")
         sig = self.signature
@@ -198,8 +211,14 @@ class XlaPreparedModel(IPreparedModel):
         for j, (seg, exe) in enumerate(segments):
             if j:
                 checkpoint(f"sub-model {j} of {len(segments)}")  # preemption / deadline (QoS)
+            seg_args = [*(values[s.index] for s in seg.inputs), *(self._constants[s.index] for s in seg.constants)]
             try:
-                outs = exe(*[values[s.index] for s in seg.inputs], *[self._constants[s.index] for s in seg.constants])
+                if seg.loops:
+                    outs = self._run_with_budget(j, exe, seg_args, loop_timeout_ns)
+                else:
+                    outs = exe(*seg_args)
+            except NnError:
+                raise
             except Exception as e:  # never crash the caller on a runtime failure of XLA
                 raise NnError(ErrorStatus.GENERAL_FAILURE,
                               f"xla execution failed: {type(e).__name__}: {e}") from e
@@ -216,8 +235,33 @@ class XlaPreparedModel(IPreparedModel):
         self._count_run()
         return shapes
 
+    def _run_with_budget(self, j: int, exe, args: list, loop_timeout_ns: int | None) -> list:
+        """Run sub-model `j`, whose program has WHILE loops, until no loop runs out of its
+        iteration budget; MISSED_DEADLINE_TRANSIENT once the loop timeout has passed."""
+        timeout = LOOP_TIMEOUT_DEFAULT_NS if loop_timeout_ns is None else min(int(loop_timeout_ns),
+                                                                               LOOP_TIMEOUT_MAXIMUM_NS)
+        budget = self._loop_budgets.get(j, FIRST_LOOP_BUDGET)
+        start = time.monotonic_ns()
+        while True:
+            run_start = time.monotonic_ns()
+            *outs, ran_out = exe(*args, np.int32(budget))
+            if not bool(ran_out):
+                self._loop_budgets[j] = budget
+                return outs
+            now = time.monotonic_ns()
+            if now - start >= timeout or budget >= MAX_LOOP_BUDGET:
+                raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                              f"WHILE: loop ran longer than its timeout of {timeout / 1e9:g} s "
+                              f"({budget} iterations)")
+            checkpoint("WHILE loop")  # preemption / deadline (QoS) between runs
+            # Grow the budget so the next run ends about when the timeout does, at most 4x.
+            remaining, last = timeout - (now - start), max(now - run_start, 1)
+            factor = min(LOOP_BUDGET_GROWTH, 1.0 + remaining / last)
+            budget = min(MAX_LOOP_BUDGET, max(budget + 1, int(budget * factor)))
+
     def _timed(self, request: Request, measure: MeasureTiming, deadline: int | None,
-               allow_unspecified_output: bool = True, client=None) -> tuple[list[OutputShape], Timing]:
+               allow_unspecified_output: bool = True, client=None,
+               loop_timeout_ns: int | None = None) -> tuple[list[OutputShape], Timing]:
         start = time.monotonic_ns()
         deadline = _deadline(deadline)
         if deadline is not None and start > deadline:
@@ -225,21 +269,22 @@ class XlaPreparedModel(IPreparedModel):
         scheduler = self.scheduler or _shared_scheduler()
         ticket = scheduler.submit(client=_uid(client, self.client_uid), priority=self.priority, deadline=deadline,
                                   stats=self.stats, label="xla execution")
-        shapes = ticket.run(lambda: self._run(request, None, allow_unspecified_output))
+        shapes = ticket.run(lambda: self._run(request, None, allow_unspecified_output, loop_timeout_ns))
         if measure == MeasureTiming.YES:  # on the device: running time; in the driver: from the call
             return shapes, Timing(ticket.run_ns // 1000, prog.now_us(start))
         return shapes, Timing()
 
     # --- IPreparedModel ---------------------------------------------------------------------------------
     def execute_synchronously(self, request, measure, deadline, loop_timeout_ns, *, client=None):
-        return self._timed(request, measure, deadline, client=client)
+        return self._timed(request, measure, deadline, client=client, loop_timeout_ns=loop_timeout_ns)
 
     def execute(self, request, measure, deadline, loop_timeout_ns, callback, *, client=None):
         validate_request(request, self.model)
 
         def work() -> None:
             try:
-                shapes, timing = self._timed(request, measure, deadline, client=client)
+                shapes, timing = self._timed(request, measure, deadline, client=client,
+                                             loop_timeout_ns=loop_timeout_ns)
                 callback(ErrorStatus.NONE, shapes, timing)
             except NnError as e:
                 callback(e.status, e.output_shapes or [], Timing())
@@ -258,7 +303,7 @@ class XlaPreparedModel(IPreparedModel):
         if timeout_after_fence_ns is not None:
             after = fenced + timeout_after_fence_ns
             deadline = after if deadline is None else min(deadline, after)
-        self._timed(request, MeasureTiming.NO, deadline, False, client=client)
+        self._timed(request, MeasureTiming.NO, deadline, False, client=client, loop_timeout_ns=loop_timeout_ns)
         if measure == MeasureTiming.YES:
             end = time.monotonic_ns()
             return -1, FencedCallback(ErrorStatus.NONE, Timing((end - fenced) // 1000, (end - launched) // 1000),

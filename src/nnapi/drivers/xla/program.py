@@ -3,8 +3,9 @@ optimisation levels, and the (de)serialisation of the compiled executable.
 
 The program's arguments are the model inputs, in order, then its constant tensors
 (CONSTANT_REFERENCE operands, laid out 64-byte aligned in one data blob that becomes the data
-cache); small CONSTANT_COPY values are baked into the program. Every operation is lowered through
-`lowering.run_op`; operand dtypes follow the NNAPI operand types.
+cache); small CONSTANT_COPY values are baked into the program. A program with WHILE loops takes
+an iteration budget last and returns, last, whether a loop ran out of it (`control_flow`). Every
+operation is lowered through `lowering.run_op`; operand dtypes follow the NNAPI operand types.
 """
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ from jax.experimental import serialize_executable
 from ...hal import (ErrorStatus, MemoryPool, Model, NnError, OperandLifeTime, OperandType)
 from ...ops import numpy_dtype
 from ...caching.constants import relocate_constants
-from .lowering import LoweredOp, analyze, run_op
+from .analysis import analyze
+from .control_flow import LoopBudget, has_loops
+from .lowering import LoweredOp, run_op
 
 ALIGN = 64
 #: Compiler options of the quick first stage (C11 multi-stage compilation).
@@ -75,18 +78,31 @@ class TensorSpec:
 
 @dataclass
 class Signature:
-    """The program's interface: inputs, outputs (with their inferred shapes) and constant arguments."""
+    """The program's interface: inputs, outputs (with their inferred shapes) and constant
+    arguments; `loops`: it also takes an iteration budget and returns a ran-out flag."""
 
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     constants: list[TensorSpec]
+    loops: bool = False
+
+    @property
+    def n_args(self) -> int:
+        return len(self.inputs) + len(self.constants) + int(self.loops)
+
+    @property
+    def n_results(self) -> int:
+        return len(self.outputs) + int(self.loops)
 
     def to_json(self) -> dict:
-        return {k: [s.to_json() for s in getattr(self, k)] for k in ("inputs", "outputs", "constants")}
+        d: dict = {k: [s.to_json() for s in getattr(self, k)] for k in ("inputs", "outputs", "constants")}
+        d["loops"] = self.loops
+        return d
 
     @classmethod
     def from_json(cls, d: dict) -> "Signature":
-        return cls(*([TensorSpec.from_json(v) for v in d[k]] for k in ("inputs", "outputs", "constants")))
+        return cls(*([TensorSpec.from_json(v) for v in d[k]] for k in ("inputs", "outputs", "constants")),
+                   loops=bool(d.get("loops", False)))
 
 
 def relocate(model: Model) -> tuple[Model, bytes]:
@@ -108,7 +124,8 @@ def signature(model: Model, dims: list[tuple[int, ...]], ops: list[LoweredOp]) -
     constants = [spec(i, main.operands[i].location.offset) for i in sorted(used)
                  if main.operands[i].lifetime == OperandLifeTime.CONSTANT_REFERENCE
                  and OperandType(main.operands[i].type).is_tensor]
-    return Signature([spec(i) for i in main.input_indexes], [spec(i) for i in main.output_indexes], constants)
+    return Signature([spec(i) for i in main.input_indexes], [spec(i) for i in main.output_indexes], constants,
+                     loops=has_loops(ops))
 
 
 #: Partitions of at least this many operations are split into sub-models (QoS checkpoints between them).
@@ -158,7 +175,7 @@ def split(model: Model, dims: list[tuple[int, ...]], ops: list[LoweredOp], sig: 
             for i in lop.outputs:
                 if i in wanted:
                     outputs.append(TensorSpec(i, int(main.operands[i].type), tuple(dims[i])))
-        segments.append((chunk, Signature(inputs, outputs, constants)))
+        segments.append((chunk, Signature(inputs, outputs, constants, loops=has_loops(chunk))))
     return segments
 
 
@@ -167,32 +184,38 @@ _BAKED = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE, Ope
 
 
 def make_function(model: Model, ops: list[LoweredOp], sig: Signature):
-    """The Python function XLA traces: (inputs..., constants...) -> tuple of outputs."""
-    n_in = len(sig.inputs)
+    """The Python function XLA traces: (inputs..., constants...[, budget]) -> (outputs...[, ran_out])."""
+    n_in, n_const = len(sig.inputs), len(sig.constants)
     outputs = [s.index for s in sig.outputs]
     out_dtypes = {s.index: s.dtype for s in sig.outputs}
-    operand_dtypes = {i: numpy_dtype(OperandType(o.type)) for i, o in enumerate(model.main.operands)}
+    operand_dtypes = {i: numpy_dtype(OperandType(o.type)) for i, o in enumerate(model.main.operands)
+                      if o.type != OperandType.SUBGRAPH}
 
     def program(*args):
         values = {s.index: a for s, a in zip(sig.inputs, args[:n_in])}
-        consts = {s.index: a for s, a in zip(sig.constants, args[n_in:])}
+        consts = {s.index: a for s, a in zip(sig.constants, args[n_in:n_in + n_const])}
+        env = LoopBudget(args[n_in + n_const] if sig.loops else None)
         for lop in ops:
-            for i, out in zip(lop.outputs, run_op(lop, values, consts)):
+            for i, out in zip(lop.outputs, run_op(lop, values, consts, env)):
                 values[i] = out.astype(operand_dtypes[i])
-        return tuple(values[i].astype(out_dtypes[i]) for i in outputs)
+        results = tuple(values[i].astype(out_dtypes[i]) for i in outputs)
+        return results + (env.finish(),) if sig.loops else results
 
     return program
 
 
 def arg_specs(sig: Signature) -> list[jax.ShapeDtypeStruct]:
-    return [jax.ShapeDtypeStruct(s.shape(), s.dtype) for s in (*sig.inputs, *sig.constants)]
+    specs = [jax.ShapeDtypeStruct(s.shape(), s.dtype) for s in (*sig.inputs, *sig.constants)]
+    return specs + [jax.ShapeDtypeStruct((), np.int32)] if sig.loops else specs
 
 
 def compile_program(model: Model, ops: list[LoweredOp], sig: Signature, optimized: bool):
-    """Trace and compile ahead of time for the signature's shapes; returns a `jax.stages.Compiled`."""
+    """Trace and compile ahead of time for the signature's shapes; returns a `jax.stages.Compiled`.
+    Matrix products run at full float32 precision on every backend (no TF32 on GPUs)."""
     fn = make_function(model, ops, sig)
     Counters.bump("traces")
-    lowered = jax.jit(fn).lower(*arg_specs(sig))
+    with jax.default_matmul_precision("highest"):
+        lowered = jax.jit(fn).lower(*arg_specs(sig))
     Counters.bump("compiles")
     if optimized:
         return lowered.compile()

@@ -1,0 +1,211 @@
+"""What the XLA driver claims: every operation of a graph checked against the lowering table.
+
+An operation is claimed when its entry exists, its operands are float32 / float16 (plus int32 /
+bool where the entry says so) with fully known, non-zero shapes, and tracing the entry abstractly
+(`jax.eval_shape`) gives exactly the shapes and types shape inference declared. IF and WHILE are
+claimed when their referenced subgraphs lower whole for the shapes they receive (`control_flow`);
+the shapes their outputs then have are propagated to later operations, so models whose control
+flow has data-dependent declared shapes (0 dimensions, unknown rank) still compile.
+
+In the main graph, an operation that may take omitted operands (LSTM, RNN families) is not
+claimed when an optional position is fed by a model input: the app may omit it at execution,
+and a compiled program cannot change its structure per request.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+
+from ...hal import Model, OperandLifeTime as L, OperandType as T
+from ...ops import OpContext, find_operation, numpy_dtype
+from ...validation import ConstantReader, build_operation_context, infer_model_shapes
+from . import control_flow
+from .lowering import LOWERINGS, TENSOR_TYPES, LoweredOp, run_op
+
+#: Deepest nesting of IF / WHILE bodies the driver lowers.
+MAX_DEPTH = 8
+_VALUE_LIFETIMES = (L.SUBGRAPH_INPUT, L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT)
+
+
+def operand_ok(operand, dims: Sequence[int]) -> bool:
+    """A value the driver can hold: a supported scalar, or a tensor of known, non-zero shape."""
+    t = T(operand.type)
+    if t.is_scalar:
+        return t in (T.FLOAT32, T.FLOAT16, T.INT32, T.BOOL)
+    return t in TENSOR_TYPES and len(dims) > 0 and all(d > 0 for d in dims)
+
+
+def with_dims(model: Model, index: int | None, dims: dict[int, tuple[int, ...]]) -> Model:
+    """The model with the given operands of subgraph `index` (None: main) declared with `dims`."""
+    sub = model.subgraph(index)
+    operands = list(sub.operands)
+    for i, d in dims.items():
+        operands[i] = dataclasses.replace(operands[i], dimensions=tuple(int(x) for x in d))
+    new_sub = dataclasses.replace(sub, operands=operands)
+    if index is None:
+        return dataclasses.replace(model, main=new_sub)
+    referenced = list(model.referenced)
+    referenced[index] = new_sub
+    return dataclasses.replace(model, referenced=referenced)
+
+
+def _optional_input_fed_by_request(sub, op, ctx) -> bool:
+    """True when an input position the operation lets be omitted is a model input."""
+    reg = find_operation(op.type)
+    if reg is None or not reg.allow_omitted_operand:
+        return False
+    for k, i in enumerate(op.inputs):
+        if sub.operands[i].lifetime != L.SUBGRAPH_INPUT:
+            continue
+        inputs = list(ctx.inputs)
+        inputs[k] = dataclasses.replace(inputs[k], dims=(), value=None, omitted=True)
+        trial = OpContext(ctx.op, inputs, ctx.outputs, relaxed=ctx.relaxed, compile_time=True)
+        try:  # the operation's own validation says whether the position is optional
+            reg.validate(trial)
+            reg.prepare(trial)
+        except Exception:
+            continue
+        return True
+    return False
+
+
+def _static_check(model: Model, index: int | None, dims, op, k: int, reader: ConstantReader, depth: int,
+                  top: bool) -> tuple[LoweredOp | None, tuple | None]:
+    """(the lowered operation or None, for IF / WHILE the shapes their outputs get)."""
+    entry = LOWERINGS.get(op.type)
+    if entry is None:
+        return None, None
+    sub = model.subgraph(index)
+    control = entry.control is not None
+    for i in (*op.inputs, *(() if control else op.outputs)):
+        operand = sub.operands[i]
+        if operand.lifetime == L.NO_VALUE or (control and operand.type == T.SUBGRAPH):
+            continue
+        if not operand_ok(operand, dims[i]):
+            return None, None
+    try:
+        ctx = build_operation_context(model, sub, op, dims=dims, constants=reader)
+    except Exception:
+        return None, None
+    if not ctx.inputs or ctx.inputs[0].type not in entry.types:
+        return None, None
+    if top and _optional_input_fed_by_request(sub, op, ctx):
+        return None, None
+    if not control:
+        return LoweredOp(k, tuple(op.inputs), tuple(op.outputs), ctx, entry), None
+    if depth >= MAX_DEPTH:
+        return None, None
+    lowered = entry.control(model, sub, op, ctx, dims, lambda g, specs: lower_graph(model, g, specs, depth + 1))
+    if lowered is None:
+        return None, None
+    graphs, out_dims = lowered
+    for i, d in zip(op.outputs, out_dims):
+        declared = tuple(sub.operands[i].dimensions)
+        if declared and (len(declared) != len(d) or any(a and a != b for a, b in zip(declared, d))):
+            return None, None  # the model declares a shape the subgraphs do not produce
+        if not operand_ok(sub.operands[i], d):
+            return None, None
+    return LoweredOp(k, tuple(op.inputs), tuple(op.outputs), ctx, entry, tuple(graphs)), tuple(out_dims)
+
+
+def static_analysis(model: Model, index: int | None = None, depth: int = 0, top: bool = True
+                    ) -> tuple[Model, list[tuple[int, ...]], list[LoweredOp | None]]:
+    """(the model with control-flow output shapes resolved, operand shapes, per operation its
+    LoweredOp or None) of subgraph `index`, without tracing."""
+    sub = model.subgraph(index)
+    dims = infer_model_shapes(model, index)
+    reader = ConstantReader(model)
+    lowered: list[LoweredOp | None] = []
+    for k, op in enumerate(sub.operations):
+        lop, out_dims = _static_check(model, index, dims, op, k, reader, depth, top)
+        lowered.append(lop)
+        if out_dims is not None and any(tuple(dims[i]) != tuple(d) for i, d in zip(op.outputs, out_dims)):
+            model = with_dims(model, index, dict(zip(op.outputs, out_dims)))
+            dims = infer_model_shapes(model, index)
+            reader = ConstantReader(model)
+    return model, dims, lowered
+
+
+def lower_graph(model: Model, index: int, specs: list[tuple[T, tuple[int, ...]]], depth: int
+                ) -> control_flow.LoweredGraph | None:
+    """Referenced subgraph `index` lowered for inputs of the given (type, shape), or None when
+    any of its operations is not lowered."""
+    if not 0 <= index < len(model.referenced):
+        return None
+    sub = model.referenced[index]
+    if len(specs) != len(sub.input_indexes):
+        return None
+    if any(T(sub.operands[i].type) != t for i, (t, _) in zip(sub.input_indexes, specs)):
+        return None
+    model = with_dims(model, index, {i: d for i, (_, d) in zip(sub.input_indexes, specs)})
+    try:
+        model, dims, ops = static_analysis(model, index, depth, top=False)
+    except Exception:
+        return None
+    sub = model.referenced[index]
+    if any(lop is None for lop in ops):
+        return None
+    if not all(operand_ok(sub.operands[i], dims[i]) for i in sub.output_indexes):
+        return None
+    reader = ConstantReader(model)
+    constants = {i: reader.value(o) for i, o in enumerate(sub.operands) if o.lifetime in (
+        L.CONSTANT_COPY, L.CONSTANT_REFERENCE)}
+    return control_flow.LoweredGraph(
+        tuple(sub.input_indexes), tuple(sub.output_indexes),
+        tuple((T(sub.operands[i].type), tuple(dims[i])) for i in sub.output_indexes), ops,
+        {i: numpy_dtype(T(o.type)) for i, o in enumerate(sub.operands) if o.type != T.SUBGRAPH}, constants)
+
+
+def analyze(model: Model) -> tuple[list[tuple[int, ...]], list[LoweredOp | None]]:
+    """Inferred operand shapes of the main graph and, per operation, its LoweredOp or None (not
+    claimed).
+
+    The claim is proven by tracing every candidate abstractly: an entry that fails to trace, or
+    whose outputs differ from the inferred shapes and types, is not claimed. An unclaimed
+    operation's outputs are stood in by zeros, so later operations are judged on their own.
+    """
+    model, dims, candidates = static_analysis(model)
+    sub = model.main
+    if not any(candidates):
+        return dims, candidates
+    verdict = list(candidates)
+    placeholders = {}
+    for op in sub.operations:
+        for i in (*op.inputs, *op.outputs):
+            operand = sub.operands[i]
+            if operand.lifetime in _VALUE_LIFETIMES and operand_ok(operand, dims[i]):
+                shape = () if T(operand.type).is_scalar else tuple(dims[i])
+                placeholders[i] = jax.ShapeDtypeStruct(shape, numpy_dtype(T(operand.type)))
+    inputs = {i: s for i, s in placeholders.items() if sub.operands[i].lifetime == L.SUBGRAPH_INPUT}
+
+    def trace(args):
+        values = dict(args)
+        env = control_flow.LoopBudget(jnp.asarray(1, jnp.int32))
+        for k, lop in enumerate(candidates):
+            op = sub.operations[k]
+            ok = lop is not None
+            if ok:
+                try:
+                    outs = run_op(lop, values, consts={}, env=env)
+                    for i, o in zip(op.outputs, outs):
+                        want = placeholders.get(i)
+                        if want is None or tuple(o.shape) != tuple(want.shape):
+                            raise ValueError("shape mismatch")
+                        values[i] = o.astype(want.dtype)
+                except Exception:
+                    ok = False
+            if not ok:
+                verdict[k] = None
+                for i in op.outputs:
+                    if i in placeholders:
+                        values[i] = jnp.zeros(placeholders[i].shape, placeholders[i].dtype)
+        return 0
+
+    jax.eval_shape(trace, inputs)
+    return dims, verdict
+
+
+__all__ = ["analyze", "lower_graph", "operand_ok", "static_analysis", "with_dims"]
