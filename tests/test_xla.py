@@ -295,3 +295,53 @@ def test_a_passed_deadline_is_refused(conv, image):
     shapes, timing = prepared.execute_synchronously(request, MeasureTiming.YES, None, None)
     assert shapes[0].dimensions == (1, 4, 4, 8) and timing.time_on_device <= timing.time_in_driver
     np.testing.assert_allclose(out, nnapi.Compilation(conv, devices=["xla"]).finish().execute([image])[0])
+
+
+def test_memory_domain_state_stays_a_device_array_between_executions():
+    """A recurrent state in two XLA memory-domain buffers (ping-pong): each execution's output is
+    kept as the executable's device array and fed to the next one without a host copy; the loop
+    matches plain arrays, and the state is read back only at the end."""
+    from nnapi import Memory, MemoryDesc
+    from nnapi.drivers.xla.buffers import DOMAIN
+    n = 8
+    rng = np.random.default_rng(5)
+    m = nnapi.Model()
+    x, h = m.add_operand(T.TENSOR_FLOAT32, (1, n)), m.add_operand(T.TENSOR_FLOAT32, (1, n))
+    w = m.add_operand(T.TENSOR_FLOAT32, (n, n))
+    m.set_operand_value(w, rng.normal(0, 0.5, (n, n)).astype(np.float32))
+    b = m.add_operand(T.TENSOR_FLOAT32, (n,))
+    m.set_operand_value(b, np.zeros(n, np.float32))
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    fh, s, h2 = (m.add_operand(T.TENSOR_FLOAT32, (1, n)) for _ in range(3))
+    m.add_operation(Op.FULLY_CONNECTED, [h, w, b, act], [fh])
+    m.add_operation(Op.ADD, [fh, x, act], [s])
+    m.add_operation(Op.TANH, [s], [h2])
+    m.identify_inputs_and_outputs([x, h], [h2])
+    m.finish()
+    c = nnapi.Compilation(m, devices=["xla"]).finish()
+    xs = rng.normal(size=(20, 1, n)).astype(np.float32)
+    h0 = rng.normal(size=(1, n)).astype(np.float32)
+    expected = h0
+    for xv in xs:
+        (expected,) = c.execute([xv, expected])
+    desc = MemoryDesc()
+    desc.add_input_role(c, 1)
+    desc.add_output_role(c, 0)
+    desc.finish()
+    a, bmem = Memory.from_desc(desc), Memory.from_desc(desc)
+    start = Memory.ashmem(4 * n)
+    start.array(np.float32, (1, n))[...] = h0
+    Memory.copy(start, a)
+    for xv in xs:
+        e = nnapi.Execution(c)
+        e.set_input(0, xv)
+        e.set_input_from_memory(1, a, 0, 0)
+        e.set_output_from_memory(0, bmem, 0, 0)
+        e.compute()
+        held = DOMAIN.tracker.get(bmem.pool.token)
+        assert isinstance(held.device, jax.Array) and held.data is None   # no host copy was made
+        a, bmem = bmem, a
+    final = Memory.ashmem(4 * n)
+    Memory.copy(a, final)
+    np.testing.assert_allclose(final.array(np.float32, (1, n)), expected, rtol=1e-6, atol=1e-7)

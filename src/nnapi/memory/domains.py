@@ -232,6 +232,9 @@ class ManagedBuffer:
         self.initialized = False
         size = byte_size(self.operand.type, self.dims)
         self.data = np.zeros(size, np.uint8) if self.fully_specified else None  # 1-D bytes
+        #: Content a driver keeps on its device (e.g. a jax.Array), with no host copy until one is
+        #: needed (`copy_to`, a host-side reader); `data` is None while only the device has it.
+        self.device = None
 
     @property
     def fully_specified(self) -> bool:
@@ -250,9 +253,20 @@ class ManagedBuffer:
             return False
 
     def snapshot(self) -> tuple[np.ndarray | None, tuple[int, ...], bool]:
-        """(data, dimensions, initialized), consistent with each other."""
+        """(data, dimensions, initialized), consistent with each other; device-resident content is
+        copied to the host once (and kept beside the device copy)."""
         with self.lock:
+            self._to_host()
             return self.data, self.dims, self.initialized
+
+    def device_snapshot(self) -> tuple[object | None, tuple[int, ...], bool]:
+        """(device content or None, dimensions, initialized): no host copy."""
+        with self.lock:
+            return self.device, self.dims, self.initialized
+
+    def _to_host(self) -> None:
+        if self.data is None and self.device is not None:
+            self.data = np.array(self.device, dtype=self.dtype, order="C").reshape(-1).view(np.uint8)
 
     def set_initialized(self, value: bool) -> None:
         with self.lock:
@@ -298,7 +312,7 @@ class ManagedBuffer:
             self.set_initialized(False)
             raise
         with self.lock:
-            self.data, self.dims, self.initialized = data, target, True
+            self.data, self.device, self.dims, self.initialized = data, None, target, True
 
     def copy_to(self) -> tuple[np.ndarray, tuple[int, ...]]:
         """The content to copy out: GENERAL_FAILURE when uninitialized."""
@@ -313,7 +327,12 @@ class ManagedBuffer:
         flat = value.reshape(-1) if adopt else np.array(value, copy=True, order="C").reshape(-1)
         data = flat.view(np.uint8)
         with self.lock:
-            self.data, self.dims, self.initialized = data, tuple(value.shape), True
+            self.data, self.device, self.dims, self.initialized = data, None, tuple(value.shape), True
+
+    def store_device(self, value) -> None:
+        """Keep an execution's output as the device array it is (immutable, so no copy)."""
+        with self.lock:
+            self.data, self.device, self.dims, self.initialized = None, value, tuple(value.shape), True
 
 
 class BufferTracker:
@@ -411,7 +430,7 @@ class DriverBuffer(IBuffer):
 
     @property
     def dimensions(self) -> tuple[int, ...]:
-        return self._buffer.snapshot()[1]
+        return self._buffer.device_snapshot()[1]
 
 
 def allocate(tracker: BufferTracker, desc: BufferDesc, prepared_models: Sequence[object],
@@ -435,7 +454,7 @@ class RequestBuffers:
 
     def __init__(self) -> None:
         self.pools: dict[int, ManagedBuffer] = {}
-        self.inputs: dict[int, tuple[ManagedBuffer, np.ndarray | None, tuple[int, ...]]] = {}
+        self.inputs: dict[int, tuple[ManagedBuffer, tuple[int, ...]]] = {}
         self.outputs: dict[int, ManagedBuffer] = {}
 
     @classmethod
@@ -457,14 +476,14 @@ class RequestBuffers:
             if not buffer.has_role(prepared_model, INPUT, k):
                 raise _invalid(f"request input {k}: buffer {request.pools[arg.location.pool_index].token} was not "
                                f"allocated for input {k} of this prepared model")
-            data, dims, initialized = buffer.snapshot()
+            _, dims, initialized = buffer.device_snapshot()
             if not initialized:
                 uninitialized.append(k)
             elif combine_dims(arg.dimensions, dims) is None or combine_dims(input_operands[k].dimensions, dims) is None:
                 raise _invalid(f"request input {k}: dimensions {list(arg.dimensions or input_operands[k].dimensions)} "
                                f"do not match the buffer's {list(dims)}")
             as_input.add(arg.location.pool_index)
-            self.inputs[k] = (buffer, data, dims)
+            self.inputs[k] = (buffer, dims)
         as_output: set[int] = set()
         for k, arg in enumerate(request.outputs):
             pool = arg.location.pool_index
@@ -487,9 +506,18 @@ class RequestBuffers:
             raise _failure(f"request input {uninitialized[0]}: the driver-managed buffer is not initialized")
         return self
 
+    def device_input(self, k: int, dims: Sequence[int]):
+        """Input `k` as the device array its buffer holds (None when its content is on the host)."""
+        buffer, current = self.inputs[k]
+        value, held, _ = buffer.device_snapshot()
+        if value is None or (dims and tuple(dims) != tuple(held)):
+            return None
+        return value
+
     def input_value(self, k: int, dtype: np.dtype, dims: Sequence[int]) -> np.ndarray:
         """Input `k` as a read-only zero-copy array of `dims`."""
-        buffer, data, current = self.inputs[k]
+        buffer, current = self.inputs[k]
+        data = buffer.snapshot()[0]
         dims = tuple(dims) if dims else current
         need = buffer.size_of(dims)
         if data is None or data.nbytes != need:
@@ -514,10 +542,14 @@ class RequestBuffers:
             raise _failure(f"request output {k}: {buffer.size_of(shape)} bytes is more than the driver's limit")
 
     def store_outputs(self, values: dict[int, np.ndarray]) -> None:
-        """Keep each buffer output (adopting freshly computed arrays without a copy); marks them initialized."""
+        """Keep each buffer output (adopting freshly computed arrays without a copy; a driver's device
+        array stays on its device); marks them initialized."""
         seen: set[int] = set()
         for k, value in values.items():
             buffer = self.outputs[k]
+            if not isinstance(value, np.ndarray) and hasattr(value, "__array__") and hasattr(value, "shape"):
+                buffer.store_device(value)
+                continue
             value = np.asarray(value)
             adopt = (value.base is None and value.flags.c_contiguous and value.flags.writeable
                      and value.dtype == buffer.dtype and id(value) not in seen)

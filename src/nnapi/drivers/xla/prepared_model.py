@@ -5,6 +5,8 @@ Inputs are read in place from the request's pools (`jax.device_put` aliases 64-b
 memory on the CPU backend instead of copying it; smaller or unaligned inputs go through the
 executable's C++ argument path), constants live on the device from preparation on, and each
 output is copied once, from the executable's result buffer straight into its pool region.
+Memory-domain buffers (`memory.domains`) hold the device arrays themselves: an output written to
+one is read by the next execution with no host copy in between.
 
 Multi-stage compilation (C11): the executable first compiled is the quick one (low XLA
 optimisation). After `optimize_after` executions the optimised one is compiled on a background
@@ -194,8 +196,9 @@ class XlaPreparedModel(IPreparedModel):
                 raise NnError(ErrorStatus.INVALID_ARGUMENT,
                               f"request input {k}: dimensions {list(arg.dimensions)} differ from the "
                               f"compiled {list(s.shape())}")
-            if k in device_buffers.inputs:
-                args.append(device_buffers.input_value(k, s.dtype, s.shape() or None))
+            if k in device_buffers.inputs:  # a memory-domain buffer: its device array, else its bytes
+                value = device_buffers.device_input(k, s.shape())
+                args.append(value if value is not None else device_buffers.input_value(k, s.dtype, s.shape() or None))
                 continue
             loc = arg.location
             pool = pools[loc.pool_index]
@@ -223,15 +226,17 @@ class XlaPreparedModel(IPreparedModel):
                 raise NnError(ErrorStatus.GENERAL_FAILURE,
                               f"xla execution failed: {type(e).__name__}: {e}") from e
             values.update(zip((s.index for s in seg.outputs), outs))
-        outs = [np.asarray(values[s.index]) for s in sig.outputs]
-        for k, (arg, out) in enumerate(zip(request.outputs, outs)):
+        results = [values[s.index] for s in sig.outputs]
+        for k, (arg, result) in enumerate(zip(request.outputs, results)):
             if k in device_buffers.outputs:
                 continue
             pool = pools[arg.location.pool_index]
             if not pool.writable:
                 raise NnError(ErrorStatus.INVALID_ARGUMENT, f"request output {k}: pool is read-only")
-            pool.write(arg.location.offset, out)  # the one copy: result buffer -> pool region
-        device_buffers.store_outputs({k: out for k, out in enumerate(outs) if k in device_buffers.outputs})
+            pool.write(arg.location.offset, np.asarray(result))  # the one copy: result buffer -> pool region
+        # Memory-domain outputs stay device arrays: the next execution reads them without a host trip.
+        device_buffers.store_outputs({k: jax.numpy.asarray(r) for k, r in enumerate(results)
+                                      if k in device_buffers.outputs})
         self._count_run()
         return shapes
 
