@@ -125,3 +125,46 @@ def test_if_picks_the_branch(device):
     c = _compile(m, device)
     assert c.execute([np.array([True]), np.array([5], np.int32)])[0].tolist() == [105]
     assert c.execute([np.array([False]), np.array([5], np.int32)])[0].tolist() == [-95]
+
+
+def _step_loop_model() -> nnapi.Model:
+    """i = i0; while i < 100: i += step; return i (with zeros, the warm-up input, it never ends)."""
+    def graph(kind: str) -> nnapi.Model:
+        g = nnapi.Model()
+        i, step = g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.TENSOR_INT32, (1,))
+        if kind == "cond":
+            limit, out = g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.TENSOR_BOOL8, (1,))
+            g.set_operand_value(limit, np.array([100], np.int32))
+            g.add_operation(Op.LESS, [i, limit], [out])
+        else:
+            act, out = g.add_operand(T.INT32), g.add_operand(T.TENSOR_INT32, (1,))
+            g.set_operand_value(act, 0)
+            g.add_operation(Op.ADD, [i, step, act], [out])
+        g.identify_inputs_and_outputs([i, step], [out])
+        g.finish()
+        return g
+
+    m = nnapi.Model()
+    c, b = m.add_operand(T.SUBGRAPH), m.add_operand(T.SUBGRAPH)
+    m.set_operand_value_from_model(c, graph("cond"))
+    m.set_operand_value_from_model(b, graph("body"))
+    i0, step, out = (m.add_operand(T.TENSOR_INT32, (1,)) for _ in range(3))
+    m.add_operation(Op.WHILE, [c, b, i0, step], [out])
+    m.identify_inputs_and_outputs([i0, step], [out])
+    m.finish()
+    return m
+
+
+def test_xla_optimised_stage_of_a_loop_program_is_swapped_in():
+    """Multi-stage compilation of a program whose loop never ends on zeros (what the optimised
+    executable is warmed up with): the warm-up stops after one iteration, the optimised stage is
+    swapped in and gives the same results."""
+    from nnapi.drivers.xla import XlaDevice
+    from nnapi.runtime.devices import _make
+    compilation = nnapi.Compilation(_step_loop_model(), devices=[_make(XlaDevice(optimize_after=2))]).finish()
+    prepared = compilation.steps[0].prepared
+    run = lambda i0, step: compilation.execute([np.array([i0], np.int32), np.array([step], np.int32)])[0].tolist()  # noqa: E731
+    assert [run(0, 7), run(3, 10)] == [[105], [103]]
+    assert prepared.wait_optimized(timeout=60), prepared.optimize_error
+    assert prepared.stage == "optimized"
+    assert [run(0, 7), run(3, 10), run(200, 1)] == [[105], [103], [200]]

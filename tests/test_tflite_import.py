@@ -454,3 +454,26 @@ def test_cli_bench_json(small_model, tmp_path, capsys):
         assert key in figures
     assert figures["device"] == "reference" and figures["model"] == "add.tflite"
     assert figures["cache"] == {"cold": ["miss"], "cached": ["hit"]}
+
+
+def test_cli_bench_sustained_speed_on_xla(small_model, tmp_path, capsys, monkeypatch):
+    """--preference sustained-speed: the XLA driver compiles its optimised executable at once, and
+    the cached prepare loads that stage."""
+    import nnapi.drivers.xla.device as xla_device
+    stages: list[str] = []
+    real = xla_device.XlaDevice.prepare_model_from_cache
+
+    def spy(self, *args, **kwargs):
+        prepared = real(self, *args, **kwargs)
+        stages.append(prepared.stage)
+        return prepared
+
+    monkeypatch.setattr(xla_device.XlaDevice, "prepare_model_from_cache", spy)
+    assert cli_main(["bench", str(small_model), "--device", "xla", "--runs", "3",
+                     "--preference", "sustained-speed"]) == 0
+    figures = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert figures["device"] == "xla" and figures["preference"] == "sustained-speed"
+    assert figures["cache"] == {"cold": ["miss"], "cached": ["hit"]} and stages == ["optimized"]
+    with pytest.raises(SystemExit):
+        cli_main(["bench", str(small_model), "--preference", "fastest"])
+    assert "preference must be one of" in capsys.readouterr().err

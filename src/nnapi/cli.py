@@ -80,6 +80,19 @@ def _cmd_cts(args: argparse.Namespace) -> int:
 
 # --- run and bench: a `.tflite` model end to end -----------------------------------------------------
 _PRIORITIES = {"low": 90, "medium": 100, "high": 110}
+#: ExecutionPreference values by command-line name.
+_PREFERENCES = {"low-power": 0, "fast-single-answer": 1, "sustained-speed": 2}
+
+
+_PREFERENCE_HELP = ("fast-single-answer (default), sustained-speed (xla: compile the optimised executable at "
+                    "once) or low-power")
+
+
+def _preference_arg(text: str) -> int:
+    value = text.strip().lower().replace("_", "-")
+    if value not in _PREFERENCES:
+        raise argparse.ArgumentTypeError(f"preference must be one of {', '.join(_PREFERENCES)}, got {text!r}")
+    return _PREFERENCES[value]
 
 
 def _priority_arg(text: str) -> int:
@@ -154,10 +167,10 @@ def _partitions(compilation) -> list[dict]:
     return rows
 
 
-def _compile(imported, devices, cache_dir, priority=100, timeout=None):
+def _compile(imported, devices, cache_dir, priority=100, timeout=None, preference=1):
     from .runtime import Compilation
     start = time.perf_counter()
-    compilation = Compilation(imported.model, devices=devices, priority=priority,
+    compilation = Compilation(imported.model, devices=devices, priority=priority, preference=preference,
                               cache_dir=cache_dir, token=imported.token() if cache_dir else None,
                               timeout=timeout).finish()
     return compilation, time.perf_counter() - start
@@ -198,7 +211,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         timeout = args.timeout_ms / 1000 if args.timeout_ms else None
         if args.cache_dir:
             os.makedirs(args.cache_dir, exist_ok=True)
-        compilation, prepare_s = _compile(imported, devices, args.cache_dir, args.priority)
+        compilation, prepare_s = _compile(imported, devices, args.cache_dir, args.priority,
+                                          preference=args.preference)
         print(f"prepare {prepare_s * 1000:.1f} ms")
         for row in _partitions(compilation):
             kinds = ", ".join(f"{k}x{n}" for k, n in row["kinds"].items())
@@ -226,7 +240,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def bench_model(path: str, device: str | None = None, cache_dir: str | None = None, runs: int = 50,
-                warmup: int = 5, priority=100, timeout_ms: float | None = None) -> dict:
+                warmup: int = 5, priority=100, timeout_ms: float | None = None, preference: int = 1) -> dict:
     """Import, prepare cold (empty cache) and cached, run first / warm-up / `runs` timed executions.
     Returns the figures `nnapi bench` prints (times in seconds or milliseconds as named)."""
     import shutil
@@ -247,8 +261,8 @@ def bench_model(path: str, device: str | None = None, cache_dir: str | None = No
         os.makedirs(cache_dir, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="nnapi-bench-", dir=cache_dir)
     try:
-        cold, cold_s = _compile(imported, devices, scratch, priority)
-        cached, cached_s = _compile(imported, devices, scratch, priority)
+        cold, cold_s = _compile(imported, devices, scratch, priority, preference=preference)
+        cached, cached_s = _compile(imported, devices, scratch, priority, preference=preference)
         start = time.perf_counter()
         Execution(cached).run(inputs)
         first_ms = (time.perf_counter() - start) * 1000
@@ -284,6 +298,7 @@ def bench_model(path: str, device: str | None = None, cache_dir: str | None = No
         "execute_p90_ms": round(_percentile(times, 90), 4) if times else None,
         "runs": len(times),
         "priority": priority,
+        "preference": {v: k for k, v in _PREFERENCES.items()}[int(preference)],
         "timeout_ms": timeout_ms,
         "deadline_miss_rate": round((missed["transient"] + missed["persistent"]) / max(runs, 1), 4),
         "missed_transient": missed["transient"],
@@ -300,7 +315,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .hal import NnError
     try:
         result = bench_model(args.model, args.device, args.cache_dir, args.runs, priority=args.priority,
-                             timeout_ms=args.timeout_ms)
+                             timeout_ms=args.timeout_ms, preference=args.preference)
     except NnError as e:
         print(f"nnapi bench: {e.code.name}: {e.message}", file=sys.stderr)
         return 1
@@ -379,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache-dir", help="compilation cache directory (a second run hits the cache)")
     p.add_argument("--priority", type=_priority_arg, default=100, help="low, medium (default) or high")
     p.add_argument("--timeout-ms", type=float, help="execution deadline in milliseconds")
+    p.add_argument("--preference", type=_preference_arg, default=1, help=_PREFERENCE_HELP)
     p.add_argument("--inputs", help=".npz with the inputs (keys: input names or input_0, input_1, ...); "
                                     "random data where absent")
     p.add_argument("--save-outputs", help="write the outputs to this .npz (output_0, output_1, ...)")
@@ -390,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=50, help="timed executions after 5 warm-ups (default 50)")
     p.add_argument("--priority", type=_priority_arg, default=100, help="low, medium (default) or high")
     p.add_argument("--timeout-ms", type=float, help="deadline of each timed execution; misses are counted")
+    p.add_argument("--preference", type=_preference_arg, default=1, help=_PREFERENCE_HELP)
     p.add_argument("--json", help="write the figures to this file")
     p.set_defaults(func=_cmd_bench)
     p = sub.add_parser("cache", help="list, verify or prune compilation caches")

@@ -13,7 +13,12 @@ import stat
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
+import numpy as np
+
 from ..hal import ErrorStatus, NnError
+
+#: Alignment of buffers read back from cache files (a cache line; what XLA's CPU client aliases).
+ALIGN = 64
 
 
 @contextmanager
@@ -70,20 +75,28 @@ def check_read_write(fds: Sequence[int], what: str) -> None:
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"{what} {i}: file is not open for reading and writing")
 
 
-def read_file(fd: int, limit: int) -> bytes:
-    """The whole content of `fd` from offset 0 (at most `limit` bytes, else GENERAL_FAILURE)."""
+def aligned_buffer(size: int) -> memoryview:
+    """A fresh writable buffer of `size` bytes starting on an ALIGN-byte boundary."""
+    raw = np.empty(size + ALIGN, np.uint8)
+    start = (-raw.ctypes.data) % ALIGN
+    return memoryview(raw[start:start + size])
+
+
+def read_file(fd: int, limit: int) -> memoryview:
+    """The whole content of `fd` from offset 0 (at most `limit` bytes, else GENERAL_FAILURE), read
+    into a fresh 64-byte aligned buffer: constants laid out aligned in a data cache can then be
+    used in place (numpy views, zero-copy device arrays) without another copy."""
     size = os.fstat(fd).st_size
     if size > limit:
         raise NnError(ErrorStatus.GENERAL_FAILURE, f"cache file of {size} bytes exceeds the limit of {limit}")
-    chunks = []
+    view = aligned_buffer(size)
     offset = 0
     while offset < size:
-        chunk = os.pread(fd, min(size - offset, 1 << 24), offset)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        offset += len(chunk)
-    return b"".join(chunks)
+        n = os.preadv(fd, [view[offset:offset + (1 << 24)]], offset)
+        if not n:  # the file shrank under us: what was read
+            return view[:offset]
+        offset += n
+    return view
 
 
 def write_file(fd: int, data: bytes | memoryview) -> None:

@@ -89,6 +89,12 @@ def _macs(sub: Subgraph, op) -> int:
     return out * weights[1] * weights[2] * weights[3]  # [out, h, w, in (per group)]
 
 
+def operation_work(sub: Subgraph, op) -> int:
+    """A size of one operation's work: its multiply-accumulates plus the elements it reads and
+    writes (what a driver balances sub-models by)."""
+    return _macs(sub, op) + sum(_elements(sub, i) for i in (*op.inputs, *op.outputs))
+
+
 def subgraph_cost_ns(model: Model, sub: Subgraph, cal: Calibration, depth: int = 0) -> float:
     """Lower bound of one run of `sub`: IF counts its cheaper branch, WHILE its condition once."""
     total = 0.0

@@ -12,6 +12,8 @@ the executable takes them as arguments; the loaded program reads it in place.
 from __future__ import annotations
 
 import dataclasses
+import os
+from concurrent.futures import ThreadPoolExecutor
 
 import jax
 
@@ -33,8 +35,12 @@ def to_artifacts(model: Model, data: bytes, sig: prog.Signature, segments, stage
 
 
 def from_artifacts(model_blob: memoryview, data_blob: memoryview):
-    """(model, signature, segments, stage, preference, priority) from verified artifacts; no tracing,
-    no compilation."""
+    """(model, signature, segments, stage, preference, priority, device constants) from verified
+    artifacts; no tracing, no compilation.
+
+    XLA loads (links) executables with the GIL released, so they load on worker threads while
+    this thread decodes the structure and places the constants on the device.
+    """
     meta, structure, payload = prog.unpack_model_cache(model_blob)
     try:
         if meta.get("backend") != jax.default_backend():
@@ -43,20 +49,26 @@ def from_artifacts(model_blob: memoryview, data_blob: memoryview):
         seg_sigs = [prog.Signature.from_json(v) for v in meta["segments"]]
         stage = str(meta["stage"])
         preference, priority = ExecutionPreference(meta["preference"]), Priority(meta["priority"])
-        model = model_from_bytes(bytes(structure))
     except (NnError, ValueError, KeyError, TypeError) as e:
         raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla model cache cannot be decoded: {e}") from None
     end = max((s.offset + s.nbytes for seg in seg_sigs for s in seg.constants), default=0)
     if end > len(data_blob):
         raise NnError(ErrorStatus.GENERAL_FAILURE, "xla data cache is shorter than its constants")
-    model = dataclasses.replace(model, pools=[MemoryPool(pointer=data_blob)] if len(data_blob) else [])
     payloads = prog.split_payloads(payload)
     if len(payloads) != len(seg_sigs) or not seg_sigs:
         raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla model cache has {len(payloads)} executables for "
                                                    f"{len(seg_sigs)} sub-models")
-    try:
-        segments = [(s, prog.deserialize(p, s.n_args, s.n_results))
-                    for s, p in zip(seg_sigs, payloads)]
-    except Exception as e:
-        raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla executable cannot be loaded: {type(e).__name__}: {e}") from None
-    return model, sig, segments, stage, preference, priority
+    with ThreadPoolExecutor(min(len(payloads), os.cpu_count() or 1)) as pool:
+        loading = [pool.submit(prog.deserialize, p, s.n_args, s.n_results) for s, p in zip(seg_sigs, payloads)]
+        try:
+            model = model_from_bytes(bytes(structure))
+        except (NnError, ValueError, KeyError, TypeError) as e:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla model cache cannot be decoded: {e}") from None
+        model = dataclasses.replace(model, pools=[MemoryPool(pointer=data_blob)] if len(data_blob) else [])
+        constants = prog.device_constants(data_blob, seg_sigs)
+        try:
+            segments = [(s, f.result()) for s, f in zip(seg_sigs, loading)]
+        except Exception as e:
+            raise NnError(ErrorStatus.GENERAL_FAILURE,
+                          f"xla executable cannot be loaded: {type(e).__name__}: {e}") from None
+    return model, sig, segments, stage, preference, priority, constants

@@ -4,7 +4,8 @@ Options: `optimize_after` (or NNAPI_XLA_OPTIMIZE_AFTER; default 8) is the number
 after which the optimised executable is compiled in the background (0: compile the optimised one
 at preparation, single stage). Preference SUSTAINED_SPEED always compiles optimised at once.
 `segments` (or NNAPI_XLA_SEGMENTS) is the number of sub-models a partition is split into, with a
-QoS checkpoint between them (default: one per 24 operations, at most 4). `scheduler`: the
+QoS checkpoint between them (default: one per `program.WORK_PER_SEGMENT` of estimated work, at
+most 4, balanced by work). `scheduler`: the
 `qos.Scheduler` executions run through (default: one per device).
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ class XlaDevice(IDevice):
         if segments is None:
             env = os.environ.get("NNAPI_XLA_SEGMENTS", "").strip()
             segments = int(env) if env.isdigit() and int(env) > 0 else None
-        #: Sub-models per partition (None: one per ~24 operations, at most 4).
+        #: Sub-models per partition (None: by estimated work, see program.segment_bounds).
         self.segments = segments
         if scheduler is None:
             from ...qos import Scheduler
@@ -64,6 +65,7 @@ class XlaDevice(IDevice):
         self._capabilities: Capabilities | None = None
         #: Answers of get_supported_operations by model fingerprint (the analysis traces abstractly).
         self._support_memo: dict[bytes, list[bool]] = {}
+        self._last_analysis: tuple | None = None
         self._lock = threading.Lock()
 
     def get_info(self) -> DeviceInfo:
@@ -90,18 +92,32 @@ class XlaDevice(IDevice):
         validate_model(model)
         from .analysis import analyze
         try:
-            _, lowered = analyze(model)
+            dims, lowered = analyze(model)
             flags = [lop is not None for lop in lowered]
         except NnError:
             raise
         except Exception:  # an analysis failure claims nothing
-            flags = [False] * len(model.main.operations)
+            dims, lowered, flags = None, None, [False] * len(model.main.operations)
         with self._lock:
             if key is not None:
                 self._support_memo[key] = flags
+                # The runtime prepares what it just asked about: keep the last analysis for it (one
+                # entry, as it references the caller's constant memory until then).
+                self._last_analysis = (key, dims, lowered) if lowered is not None else None
             while len(self._support_memo) > 256:
                 self._support_memo.pop(next(iter(self._support_memo)))
         return list(flags)
+
+    def _take_analysis(self, model: Model) -> tuple | None:
+        """(dims, lowered) that get_supported_operations made for these very bytes, once."""
+        with self._lock:
+            last, self._last_analysis = self._last_analysis, None
+        if last is None:
+            return None
+        try:
+            return last[1:] if _fingerprint(model) == last[0] else None
+        except Exception:
+            return None
 
     def get_number_of_cache_files_needed(self) -> tuple[int, int]:
         return NUM_MODEL_CACHE, NUM_DATA_CACHE
@@ -118,10 +134,10 @@ class XlaDevice(IDevice):
         preference, priority = ExecutionPreference(preference), Priority(priority)
         _check_deadline(deadline, "preparation")
         relocated, data = prog.relocate(model)
-        dims, lowered = prog.analyze_supported(relocated)
+        dims, lowered = prog.analyze_supported(relocated, self._take_analysis(model))
         sig = prog.signature(relocated, dims, lowered)
         single = self.optimize_after <= 0 or preference == ExecutionPreference.SUSTAINED_SPEED
-        parts = prog.split(relocated, dims, lowered, sig, prog.segment_count(len(lowered), self.segments))
+        parts = prog.split(relocated, dims, lowered, sig, self.segments)
         try:
             segments = [(seg, prog.compile_program(relocated, ops, seg, optimized=single)) for ops, seg in parts]
         except Exception as e:
@@ -169,11 +185,11 @@ class XlaDevice(IDevice):
                                                          self.get_number_of_cache_files_needed())
         except sqlite3.Error as e:
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"integrity registry unavailable: {e}") from None
-        model, sig, segments, stage, preference, priority = cache.from_artifacts(model_blob, data_blob)
+        model, sig, segments, stage, preference, priority, constants = cache.from_artifacts(model_blob, data_blob)
         rewriter = CacheRewriter(cache_handles, token, self._rewrite) if stage == "quick" else None
         return XlaPreparedModel(model, sig, segments, stage, preference, priority,
                                 optimize_after=self.optimize_after, on_optimized=rewriter,
-                                scheduler=self.scheduler, client_uid=_uid(client))
+                                scheduler=self.scheduler, client_uid=_uid(client), constants=constants)
 
     def allocate(self, desc: BufferDesc, prepared_models, input_roles, output_roles):
         """Memory domains (M6-M12) on the shared toolkit: any non-OEM operand type, up to 2 GiB."""

@@ -9,8 +9,8 @@ Memory-domain buffers (`memory.domains`) hold the device arrays themselves: an o
 one is read by the next execution with no host copy in between.
 
 Multi-stage compilation (C11): the executable first compiled is the quick one (low XLA
-optimisation). After `optimize_after` executions the optimised one is compiled on a background
-thread and swapped in between two executions; the cache, when the model was prepared with one, is
+optimisation). After `optimize_after` executions the optimised one is compiled and warmed up on a
+background thread and swapped in between two executions; the cache, when the model was prepared with one, is
 then rewritten under the exclusive lock through duplicated cache handles.
 
 Quality of service: executions run through the device's `qos.Scheduler` (per-app queues,
@@ -88,7 +88,8 @@ class XlaPreparedModel(IPreparedModel):
     def __init__(self, model: Model, sig: prog.Signature, segments: list, stage: str,
                  preference: ExecutionPreference, priority: Priority, *, optimize_after: int | None,
                  on_optimized: Callable[["XlaPreparedModel"], None] | None = None,
-                 scheduler: Scheduler | None = None, client_uid: int | None = None) -> None:
+                 scheduler: Scheduler | None = None, client_uid: int | None = None,
+                 constants: dict | None = None) -> None:
         self.model = model
         self.signature = sig
         self.preference = preference
@@ -107,10 +108,10 @@ class XlaPreparedModel(IPreparedModel):
         self._lock = threading.Lock()
         self._optimizer: threading.Thread | None = None
         self.optimize_error: str | None = None
-        view = memoryview(model.pools[0].pointer if model.pools else b"")
-        specs = {c.index: c for seg, _ in self._segments for c in seg.constants}
-        host = [np.frombuffer(view, c.dtype, int(np.prod(c.dims)), c.offset).reshape(c.shape()) for c in specs.values()]
-        self._constants = dict(zip(specs, jax.device_put(host)))  # one batched transfer
+        if constants is None:
+            constants = prog.device_constants(model.pools[0].pointer if model.pools else None,
+                                              [seg for seg, _ in self._segments])
+        self._constants = constants
 
     # --- multi-stage compilation ----------------------------------------------------------------------
     def _count_run(self) -> None:
@@ -128,6 +129,7 @@ class XlaPreparedModel(IPreparedModel):
             dims, lowered = prog.analyze_supported(self.model)
             parts = prog.split(self.model, dims, lowered, self.signature, len(self._segments))
             segments = [(seg, prog.compile_program(self.model, ops, seg, optimized=True)) for ops, seg in parts]
+            self._warm_up(segments)
             with self._lock:
                 self._segments = segments
                 self.stage = "optimized"
@@ -136,6 +138,18 @@ class XlaPreparedModel(IPreparedModel):
                 callback(self)
         except Exception as e:  # the quick executable keeps serving
             self.optimize_error = f"{type(e).__name__}: {e}"
+
+    def _warm_up(self, segments: list) -> None:
+        """Run each new executable once on zeros (loops: one iteration) before it serves requests:
+        XLA's kernel library sets up its kernels and packs the weights on first use (tens of
+        milliseconds), which the background thread pays instead of the execution after the swap."""
+        for seg, exe in segments:
+            args = [*(np.zeros(s.shape(), s.dtype) for s in seg.inputs),
+                    *(self._constants[s.index] for s in seg.constants)]
+            try:
+                jax.block_until_ready(exe(*args, np.int32(1)) if seg.loops else exe(*args))
+            except Exception:  # zeros may be bad data for this model: warming is only an optimisation
+                pass
 
     def optimize_now(self) -> None:
         """Start the optimised compile at once (if it has not started) and wait for it."""

@@ -24,6 +24,8 @@ from jax.experimental import serialize_executable
 from ...hal import (ErrorStatus, MemoryPool, Model, NnError, OperandLifeTime, OperandType)
 from ...ops import numpy_dtype
 from ...caching.constants import relocate_constants
+from ...caching.files import aligned_buffer
+from ...qos.estimate import operation_work as estimate_work
 from .analysis import analyze
 from .control_flow import LoopBudget, has_loops
 from .lowering import LoweredOp, run_op
@@ -105,11 +107,13 @@ class Signature:
                    loops=bool(d.get("loops", False)))
 
 
-def relocate(model: Model) -> tuple[Model, bytes]:
-    """The model with every CONSTANT_REFERENCE value moved into one 64-byte aligned data blob
-    (pool 0, an in-place buffer), and that blob."""
-    structure, blob = relocate_constants(model, ALIGN)
-    return dataclasses.replace(structure, pools=[MemoryPool(pointer=blob)] if blob else []), blob
+def relocate(model: Model) -> tuple[Model, memoryview]:
+    """The model with every CONSTANT_REFERENCE value moved into one data blob (pool 0, an in-place
+    buffer) where each value starts 64-byte aligned in memory, and that blob."""
+    structure, data = relocate_constants(model, ALIGN)
+    blob = aligned_buffer(len(data))
+    blob[:] = data
+    return dataclasses.replace(structure, pools=[MemoryPool(pointer=blob)] if len(blob) else []), blob
 
 
 def signature(model: Model, dims: list[tuple[int, ...]], ops: list[LoweredOp]) -> Signature:
@@ -128,28 +132,50 @@ def signature(model: Model, dims: list[tuple[int, ...]], ops: list[LoweredOp]) -
                      loops=has_loops(ops))
 
 
-#: Partitions of at least this many operations are split into sub-models (QoS checkpoints between them).
-OPS_PER_SEGMENT = 24
+#: Work (multiply-accumulates plus elements touched, `qos.estimate.operation_work`) per sub-model:
+#: a partition with more is split so QoS checkpoints come every few milliseconds of running time.
+WORK_PER_SEGMENT = 1_000_000_000
 MAX_SEGMENTS = 4
 
 
-def segment_count(n_ops: int, requested: int | None = None) -> int:
-    """How many sub-models a partition of `n_ops` operations becomes (`requested` overrides)."""
-    if requested is not None:
-        return max(1, min(int(requested), n_ops))
-    return max(1, min(MAX_SEGMENTS, n_ops // OPS_PER_SEGMENT))
+def operation_work(model: Model, dims: list[tuple[int, ...]], lop: LoweredOp) -> int:
+    """The work of one lowered operation, with its inferred shapes."""
+    sub = model.main
+    operands = list(sub.operands)
+    for i in (*lop.inputs, *lop.outputs):
+        if dims[i] and not OperandType(operands[i].type).is_scalar:
+            operands[i] = dataclasses.replace(operands[i], dimensions=tuple(dims[i]))
+    return max(1, estimate_work(dataclasses.replace(sub, operands=operands), sub.operations[lop.index]))
+
+
+def segment_bounds(work: list[int], requested: int | None = None) -> list[int]:
+    """Cut points of the operations into contiguous sub-models of about equal work: one per
+    WORK_PER_SEGMENT (at most MAX_SEGMENTS), or `requested`; every sub-model has an operation."""
+    n = len(work)
+    total = sum(work)
+    count = requested if requested is not None else -(-total // WORK_PER_SEGMENT)
+    count = max(1, min(int(count), MAX_SEGMENTS if requested is None else n, n))
+    bounds, running, k = [0], 0, 1
+    for i, w in enumerate(work):
+        running += w
+        while k < count and running >= total * k / count:
+            # After operation i, but past the previous cut and leaving one operation per later sub-model.
+            bounds.append(min(max(i + 1, bounds[-1] + 1), n - (count - k)))
+            k += 1
+    return bounds + [n]
 
 
 def split(model: Model, dims: list[tuple[int, ...]], ops: list[LoweredOp], sig: Signature,
-          count: int) -> list[tuple[list[LoweredOp], Signature]]:
-    """Contiguous runs of operations as sub-models. A sub-model's inputs are the values it reads
-    that earlier sub-models (or the request) produce; its outputs are what later sub-models or the
-    request read. One sub-model is the whole program with the request's own signature."""
-    if count <= 1:
+          requested: int | None = None) -> list[tuple[list[LoweredOp], Signature]]:
+    """Contiguous runs of operations of about equal work as sub-models (`segment_bounds`). A
+    sub-model's inputs are the values it reads that earlier sub-models (or the request) produce;
+    its outputs are what later sub-models or the request read. One sub-model is the whole program
+    with the request's own signature."""
+    bounds = segment_bounds([operation_work(model, dims, lop) for lop in ops], requested)
+    if len(bounds) <= 2:
         return [(ops, sig)]
     main = model.main
-    bounds = [round(k * len(ops) / count) for k in range(count + 1)]
-    chunks = [ops[bounds[k]:bounds[k + 1]] for k in range(count) if bounds[k + 1] > bounds[k]]
+    chunks = [ops[bounds[k]:bounds[k + 1]] for k in range(len(bounds) - 1) if bounds[k + 1] > bounds[k]]
     wanted_later: list[set[int]] = []
     later = {s.index for s in sig.outputs}
     for chunk in reversed(chunks):
@@ -181,6 +207,16 @@ def split(model: Model, dims: list[tuple[int, ...]], ops: list[LoweredOp], sig: 
 
 _BAKED = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE, OperandLifeTime.NO_VALUE,
           OperandLifeTime.SUBGRAPH)
+
+
+def device_constants(data, sigs: list[Signature]) -> dict:
+    """Operand index -> device array of every constant argument of the sub-models `sigs`, read in
+    place from the data blob (one batched transfer; on the CPU backend an aligned blob is aliased,
+    not copied)."""
+    view = memoryview(data if data is not None else b"")
+    specs = {c.index: c for sig in sigs for c in sig.constants}
+    host = [np.frombuffer(view, c.dtype, int(np.prod(c.dims)), c.offset).reshape(c.shape()) for c in specs.values()]
+    return dict(zip(specs, jax.device_put(host)))
 
 
 def make_function(model: Model, ops: list[LoweredOp], sig: Signature):
@@ -225,9 +261,10 @@ def compile_program(model: Model, ops: list[LoweredOp], sig: Signature, optimize
         return lowered.compile()
 
 
-def analyze_supported(model: Model) -> tuple[list[tuple[int, ...]], list[LoweredOp]]:
-    """Shapes and lowered operations of a model whose every operation must be lowered."""
-    dims, lowered = analyze(model)
+def analyze_supported(model: Model, analysis: tuple | None = None) -> tuple[list[tuple[int, ...]], list[LoweredOp]]:
+    """Shapes and lowered operations of a model whose every operation must be lowered (`analysis`:
+    a result of `analyze` for the same model, reused)."""
+    dims, lowered = analysis if analysis is not None else analyze(model)
     missing = [f"{k} ({model.main.operations[k].type.name})" for k, lop in enumerate(lowered) if lop is None]
     if missing:
         raise NnError(ErrorStatus.INVALID_ARGUMENT,
