@@ -20,7 +20,10 @@ test: $(STAMP)
 	$(PY) -m pytest
 	$(VENV)/bin/nnapi cts $(SHARED)/cts --device reference --json $(VENV)/cts-reference.json
 
+# Everything: the whole corpus also on the XLA driver alone and on all devices, partitioned.
 test-all: test
+	$(VENV)/bin/nnapi cts $(SHARED)/cts --device xla --json $(VENV)/cts-xla.json
+	$(VENV)/bin/nnapi cts $(SHARED)/cts --json $(VENV)/cts-all.json
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
