@@ -345,3 +345,41 @@ def test_memory_domain_state_stays_a_device_array_between_executions():
     final = Memory.ashmem(4 * n)
     Memory.copy(a, final)
     np.testing.assert_allclose(final.array(np.float32, (1, n)), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_a_reader_during_the_optimised_rewrite_waits_and_loads_the_new_cache(tmp_path, conv, image, monkeypatch):
+    """C11: the background rewrite holds the exclusive lock over the registry record and both files;
+    a compilation from the cache that starts while the rewrite is half-way through a file waits
+    for it and hits the optimised stage (never a torn file, never a spurious rejection)."""
+    import os
+    import threading
+    import time
+
+    import nnapi.caching.artifacts as artifacts
+    device = xla_device(optimize_after=1)
+    token = bytes([11] * 32)
+    c = nnapi.Compilation(conv, devices=[device], cache_dir=tmp_path, token=token).finish()
+    prepared = c.steps[0].prepared
+    middle, writes_done = threading.Event(), []
+    real_write = artifacts.write_file
+
+    def slow_write(fd, data):  # truncate, write half, stall, write the rest
+        view = memoryview(data)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, view[:len(view) // 2], 0)
+        middle.set()
+        time.sleep(0.3)
+        real_write(fd, data)
+        writes_done.append(time.monotonic())
+
+    monkeypatch.setattr(artifacts, "write_file", slow_write)
+    c.execute([image])                         # starts the optimised compile, then the rewrite
+    assert middle.wait(timeout=60), prepared.optimize_error
+    started = time.monotonic()
+    reader = nnapi.Compilation(conv, devices=[device], cache_dir=tmp_path, token=token).finish()
+    loaded = time.monotonic()
+    assert reader.cache_outcomes[0].outcome == "hit", reader.cache_outcomes[0].reason
+    assert reader.steps[0].prepared.stage == "optimized"
+    assert len(writes_done) == 2 and started < writes_done[-1] <= loaded   # it waited for the writer
+    assert prepared.wait_optimized(timeout=60)
+    np.testing.assert_array_equal(reader.execute([image])[0], c.execute([image])[0])

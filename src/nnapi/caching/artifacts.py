@@ -3,7 +3,8 @@
 Layout: model-cache file 0 starts with an index (magic, format version, the length and xxh3-128
 of every data-cache blob); every model-cache file then holds its blob. The registry records the
 SHA-256 of all model-cache files together. Save: build blobs in memory -> hash -> record -> write
-(C10). Load: copy every file into memory -> hash that copy -> check the registry -> check the
+(C10), the record and the writes under one exclusive lock. Load: copy every file into memory and
+read the record under a shared lock -> hash that copy -> check it against the record -> check the
 data blobs against the index -> hand back exactly the bytes that were checked.
 """
 from __future__ import annotations
@@ -87,9 +88,10 @@ def save_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
     check_fds(handles.model_cache, "model cache")
     check_fds(handles.data_cache, "data cache")
     model_files = encode(model_blobs, data_blobs)
-    registry.record(token, _model_digest(model_files))
+    digest = _model_digest(model_files)
     fds = (*handles.model_cache, *handles.data_cache)
-    with locked(fds, exclusive=True):
+    with locked(fds, exclusive=True):  # record and files change together for every reader
+        registry.record(token, digest)
         for fd, content in zip(handles.data_cache, data_blobs):
             write_file(fd, content)
         for fd, content in zip(handles.model_cache, model_files):
@@ -106,12 +108,12 @@ def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
     check_read_write(handles.data_cache, "data cache")
     fds = (*handles.model_cache, *handles.data_cache)
     try:
-        with locked(fds, exclusive=False):
+        with locked(fds, exclusive=False):  # the files and the record as one writer left them
             model_files = [read_file(fd, MAX_FILE_BYTES) for fd in handles.model_cache]
             data_files = [read_file(fd, MAX_FILE_BYTES) for fd in handles.data_cache]
+            expected = registry.lookup(token)
     except OSError as e:
         raise _fail(f"cache files cannot be read: {e}") from None
-    expected = registry.lookup(token)
     if expected is None:
         raise _fail("no integrity record for this token: the cache was not written by this driver version")
     if _model_digest(model_files) != expected:
