@@ -232,8 +232,22 @@ def test_partitioning_puts_float_work_on_xla_and_the_rest_on_reference(monkeypat
     devices = [xla_device(), next(d for d in nnapi.devices() if d.name == "reference")]
     c = nnapi.Compilation(m, devices=devices).finish()
     assert [s.device.name for s in c.steps] == ["xla", "reference", "xla"]
+    requests = []
+
+    def recording(real):   # see what each driver is handed
+        def call(request, *args, **kwargs):
+            requests.append(request)
+            return real(request, *args, **kwargs)
+        return call
+
+    for step in c.steps:
+        step.prepared.execute_synchronously = recording(step.prepared.execute_synchronously)
     xv = np.random.default_rng(4).standard_normal((4, 8)).astype(np.float32)
     y, idx = c.execute([xv])
+    # Values crossing partitions travel in shared memory (ashmem), as in Android's runtime.
+    crossing = [(r.pools[a.location.pool_index].handle or None) for r in requests[1:] for a in r.inputs]
+    crossing += [(requests[0].pools[a.location.pool_index].handle or None) for a in requests[0].outputs]
+    assert crossing and all(h is not None and h.name == "ashmem" for h in crossing), crossing
     ry, ridx = nnapi.Compilation(m, devices=["reference"]).finish().execute([xv])
     np.testing.assert_allclose(y, ry, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(idx, ridx)

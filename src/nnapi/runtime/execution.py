@@ -39,6 +39,52 @@ class _Arg:
     omitted: bool = False
 
 
+@dataclass
+class _Temporary:
+    """A value passed from one partition to the next: its place in shared memory and, once
+    written, its dimensions."""
+
+    memory: Memory
+    offset: int
+    capacity: int
+    dims: tuple[int, ...] = ()
+
+
+class _SharedTemporaries:
+    """The values one execution passes between partitions, in shared memory (ashmem) as Android's
+    runtime passes them, so every driver maps them as it maps any request memory: one region for
+    every value whose size the model declares (each 64-byte aligned), a region of its own for a
+    value whose size is known only when a driver reports it."""
+
+    ALIGN = 64
+
+    def __init__(self, operands, boundary: Sequence[int]) -> None:
+        self._operands = operands
+        self._offsets: dict[int, tuple[int, int]] = {}
+        total = 0
+        for o in boundary:
+            operand = operands[o]
+            if operand.is_fully_specified:
+                total += -total % self.ALIGN
+                size = max(operand.byte_size(), 1)
+                self._offsets[o] = (total, size)
+                total += size
+        self._region = Memory.ashmem(total) if total else None
+
+    def place(self, o: int, nbytes: int | None = None) -> _Temporary:
+        """Where value `o` is written: its place in the shared region, or (at least `nbytes`) a region
+        of its own."""
+        if nbytes is None and o in self._offsets:
+            offset, size = self._offsets[o]
+            return _Temporary(self._region, offset, size)
+        size = max(int(nbytes or 1), 1)
+        return _Temporary(Memory.ashmem(size), 0, size)
+
+    def input_arg(self, t: _Temporary, o: int) -> _Arg:
+        operand = self._operands[o]
+        return _Arg(memory=t.memory, offset=t.offset, length=operand.byte_size(t.dims), dims=t.dims)
+
+
 class Event:
     """Completion of an asynchronous execution; `wait` returns or raises the execution's NnError."""
 
@@ -296,13 +342,15 @@ class Execution:
         steps = self.compilation.steps
         main_in = {o: k for k, o in enumerate(self._main.input_indexes)}
         main_out = {o: k for k, o in enumerate(self._main.output_indexes)}
-        temps: dict[int, np.ndarray] = {}
+        temps: dict[int, _Temporary] = {}
         shapes: list[OutputShape | None] = [None] * len(self._outputs)
+        boundary = [o for step in steps for o in step.outputs if o not in main_out] if len(steps) > 1 else []
+        shared = _SharedTemporaries(self._main.operands, boundary)
         for step in steps:
-            self._run_step(step, main_in, main_out, temps, shapes, deadline)
+            self._run_step(step, main_in, main_out, temps, shared, shapes, deadline)
         self._output_shapes = [s if s is not None else OutputShape(()) for s in shapes]
 
-    def _run_step(self, step: Step, main_in, main_out, temps, shapes, deadline) -> None:
+    def _run_step(self, step: Step, main_in, main_out, temps, shared, shapes, deadline) -> None:
         operands = self._main.operands
         for attempt in range(_MAX_RETRIES):
             pools: list[MemoryPool] = []
@@ -327,9 +375,6 @@ class Execution:
                 p = pool_index(arg.array, MemoryPool(pointer=flat))
                 return RequestArgument(False, DataLocation(p, 0, arg.length), arg.dims)
 
-            def temp_arg(o: int) -> _Arg:
-                a = temps[o]
-                return _Arg(array=a, length=a.nbytes, dims=tuple(a.shape))
 
             req_inputs = []
             for o in step.inputs:
@@ -341,20 +386,16 @@ class Execution:
                     req_inputs.append(argument(_Arg(arg.array, arg.memory, arg.offset,
                                                     operands[o].byte_size(shape), shape)))
                 else:
-                    req_inputs.append(argument(temp_arg(o)))
+                    req_inputs.append(argument(shared.input_arg(temps[o], o)))
             req_outputs = []
             for o in step.outputs:
                 if o in main_out:
                     req_outputs.append(argument(self._outputs[main_out[o]]))
                 else:
                     if o not in temps:
-                        operand = operands[o]
-                        dims = operand.dimensions if operand.is_fully_specified else ()
-                        size = max(operand.byte_size(dims), 1) if dims or operand.type.is_scalar else 1
-                        temps[o] = np.zeros(size // numpy_dtype(operand.type).itemsize or 1,
-                                            numpy_dtype(operand.type))
-                    a = temps[o]
-                    req_outputs.append(argument(_Arg(array=a, length=a.nbytes)))
+                        temps[o] = shared.place(o)
+                    t = temps[o]
+                    req_outputs.append(argument(_Arg(memory=t.memory, offset=t.offset, length=t.capacity)))
             request = Request(req_inputs, req_outputs, pools)
             measure = MeasureTiming.YES if self._measure else MeasureTiming.NO
             try:
@@ -368,8 +409,7 @@ class Execution:
                     if o in main_out:
                         shapes[main_out[o]] = s
                     elif not s.is_sufficient:
-                        dt = numpy_dtype(operands[o].type)
-                        temps[o] = np.zeros(max(math.prod(s.dimensions), 1), dt)
+                        temps[o] = shared.place(o, operands[o].byte_size(tuple(s.dimensions)))
                         grow = True
                 if any(o in main_out and not s.is_sufficient for o, s in zip(step.outputs, e.output_shapes)):
                     self._output_shapes = [s if s is not None else OutputShape(()) for s in shapes]
@@ -383,9 +423,7 @@ class Execution:
                 if o in main_out:
                     shapes[main_out[o]] = OutputShape(tuple(dims), True)
                 else:
-                    n = math.prod(dims)
-                    temps[o] = temps[o].reshape(-1)[:n].reshape(dims) if not operands[o].type.is_scalar \
-                        else temps[o].reshape(-1)[:1].reshape(())
+                    temps[o].dims = () if operands[o].type.is_scalar else tuple(dims)
             return
         raise NnError(ErrorStatus.GENERAL_FAILURE, "step outputs kept growing; giving up")
 
