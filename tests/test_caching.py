@@ -13,7 +13,6 @@ import shutil
 import socket
 import threading
 
-import numpy as np
 import pytest
 
 from nnapi.drivers.reference import ReferenceDevice

@@ -81,7 +81,7 @@ class ForeignPreparedModel(IPreparedModel):
         raise NotImplementedError
 
 
-def test_invalid_prepared_model():
+def test_allocate_invalid_prepared_model():
     foreign = ForeignPreparedModel()
     e = expect_allocate_failure([foreign], [role()], [])
     assert "not prepared by this driver" in e.message
@@ -93,7 +93,7 @@ def test_invalid_model_index(conv):
     expect_allocate_failure([conv], [], [role(model_index=1)])
 
 
-def test_invalid_io_index(conv):
+def test_allocate_invalid_io_index(conv):
     e = expect_allocate_failure([conv], [role(io_index=1)], [])
     assert "io_index 1 out of range" in e.message
     expect_allocate_failure([conv], [], [role(io_index=1)])

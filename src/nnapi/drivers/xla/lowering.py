@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable
 
 import numpy as np
 
@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ...hal import FusedActivationFunc, Model, OperandLifeTime, OperandType as T, OperationType as Op
+from ...hal import FusedActivationFunc, OperandType as T, OperationType as Op
 from ...ops import OpContext, numpy_dtype
 from ...ops import (_activation, _lstm_cell as lstm_cell, _rnn as rnn_cell, batch_matmul, channel_shuffle,
                     concatenation, conv2d, depth_space, depthwise_conv2d, expand_dims, fill, fully_connected,
@@ -30,7 +30,6 @@ from ...ops import (_activation, _lstm_cell as lstm_cell, _rnn as rnn_cell, batc
                     strided_slice, tile, transpose, transpose_conv2d)
 from ...ops._axis import scalar_axis
 from ...ops._padding import split_dims
-from ...validation import ConstantReader, build_operation_context, infer_model_shapes
 
 F32, F16, I32, B8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8
 FLOAT = (F32, F16)
