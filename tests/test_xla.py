@@ -397,3 +397,29 @@ def test_a_reader_during_the_optimised_rewrite_waits_and_loads_the_new_cache(tmp
     assert len(writes_done) == 2 and started < writes_done[-1] <= loaded   # it waited for the writer
     assert prepared.wait_optimized(timeout=60)
     np.testing.assert_array_equal(reader.execute([image])[0], c.execute([image])[0])
+
+
+def test_caching_engine_serves_compilations_without_app_caching_info(conv, image, tmp_path, monkeypatch):
+    """C12: with its engine on, the driver keeps what it compiles in its state directory; another
+    driver instance (as after a restart) loads the executable for the same partition without tracing
+    or compiling, and the multi-stage rewrite replaces the entry with the optimised stage."""
+    from nnapi.runtime.cache_admin import list_cache
+    monkeypatch.setenv("NNAPI_STATE_DIR", str(tmp_path))
+    first = XlaDevice(engine=True, optimize_after=1)
+    c = nnapi.Compilation(conv, devices=[_make(first)]).finish()
+    assert first.engine.stats["puts"] == 1 and c.cache_outcomes[0].outcome == "disabled"
+    (y,) = c.execute([image])                   # the first execution starts the optimised compile
+    assert c.steps[0].prepared.wait_optimized(timeout=60)
+    assert first.engine.stats["puts"] == 2       # the entry now holds the optimised stage
+    before = (Counters.traces, Counters.compiles)
+    events = _backend_compiles()
+    again = XlaDevice(engine=True)
+    hit = nnapi.Compilation(conv, devices=[_make(again)]).finish()
+    assert (Counters.traces, Counters.compiles) == before and events == []
+    assert again.engine.stats["hits"] == 1 and hit.steps[0].prepared.stage == "optimized"
+    np.testing.assert_array_max_ulp(hit.execute([image])[0], y, maxulp=8)
+    entries = list_cache(engine="xla", devices=[_make(again)])
+    assert len(entries) == 1 and entries[0]["kind"] == "engine" and entries[0]["driver"] == "xla"
+    other = XlaDevice(engine=True)              # another preference is another entry: a miss
+    nnapi.Compilation(conv, devices=[_make(other)], preference=nnapi.ExecutionPreference.SUSTAINED_SPEED).finish()
+    assert other.engine.stats["misses"] == 1 and other.engine.stats["puts"] == 1

@@ -6,23 +6,29 @@ at preparation, single stage). Preference SUSTAINED_SPEED always compiles optimi
 `segments` (or NNAPI_XLA_SEGMENTS) is the number of sub-models a partition is split into, with a
 QoS checkpoint between them (default: one per `program.WORK_PER_SEGMENT` of estimated work, at
 most 4, balanced by work). `scheduler`: the
-`qos.Scheduler` executions run through (default: one per device).
+`qos.Scheduler` executions run through (default: one per device). `engine` (or NNAPI_XLA_ENGINE=1)
+caches compilations made without app caching information in the driver's own caching engine (C12):
+the same artifacts as the app cache, keyed by the SHA-256 of the partition and its preference, so a
+process that compiles the same model again loads the executable instead.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sqlite3
 import threading
 import time
 from importlib.metadata import PackageNotFoundError, version as package_version
+from pathlib import Path
 
 from ..._version import __version__
-from ...caching import IntegrityRegistry, load_artifacts, save_artifacts
+from ...caching import CachingEngine, IntegrityRegistry, load_artifacts, save_artifacts
 from ...caching.files import locked
 from ...hal import (BufferDesc, CacheHandles, Capabilities, DeviceInfo, DeviceType, ErrorStatus,
                     ExecutionPreference, IDevice, Model, NnError, Priority)
 from ...hal.constants import NO_DEADLINE
 from ...validation import validate_model, validate_preference, validate_priority
+from .claims import ClaimMemo
 
 NAME = "xla"
 #: One model-cache file (header, structure, executable) and one data-cache file (constants); see cache.py.
@@ -37,6 +43,20 @@ def _jax_version() -> str:
         return "unknown"
 
 
+@functools.lru_cache(maxsize=1)
+def _source_fingerprint() -> str:
+    """8 hex digits of the code that decides what is claimed and compiled (this driver, `ops/`,
+    `validation/`, `hal/`): an edited checkout is a new driver version."""
+    import xxhash
+    root = Path(__file__).resolve().parents[2]
+    h = xxhash.xxh3_64()
+    for folder in ("drivers/xla", "ops", "validation", "hal"):
+        for path in sorted((root / folder).glob("*.py")):
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:8]
+
+
 def _check_deadline(deadline: int | None, what: str) -> None:
     if deadline is not None and deadline < NO_DEADLINE and time.monotonic_ns() > deadline:
         raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, f"deadline had passed when {what} started")
@@ -46,7 +66,7 @@ class XlaDevice(IDevice):
     """Lowers a partition to one jitted function and compiles it ahead of time for its shapes."""
 
     def __init__(self, *, optimize_after: int | None = None, segments: int | None = None,
-                 scheduler=None) -> None:
+                 scheduler=None, engine: bool | None = None) -> None:
         if optimize_after is None:
             env = os.environ.get("NNAPI_XLA_OPTIMIZE_AFTER", "").strip()
             optimize_after = int(env) if env.isdigit() else DEFAULT_OPTIMIZE_AFTER
@@ -60,11 +80,16 @@ class XlaDevice(IDevice):
             from ...qos import Scheduler
             scheduler = Scheduler()
         self.scheduler = scheduler
-        self.version = f"{__version__}+jaxlib{_jax_version()}"  # a new XLA never trusts old executables
+        # A new XLA, or changed lowering code, never trusts old executables or claims (C9).
+        self.version = f"{__version__}+jaxlib{_jax_version()}+src{_source_fingerprint()}"
         self.registry = IntegrityRegistry(NAME, self.version)
+        use_engine = _env_flag("NNAPI_XLA_ENGINE") if engine is None else engine
+        self.engine = CachingEngine(NAME, self.version) if use_engine else None
         self._capabilities: Capabilities | None = None
-        #: Answers of get_supported_operations by model fingerprint (the analysis traces abstractly).
+        #: Answers of get_supported_operations by model fingerprint (the analysis traces abstractly),
+        #: in this process and, across processes, in the state directory.
         self._support_memo: dict[bytes, list[bool]] = {}
+        self.claims = ClaimMemo(self.version)
         self._last_analysis: tuple | None = None
         self._lock = threading.Lock()
 
@@ -79,14 +104,22 @@ class XlaDevice(IDevice):
         return self._capabilities
 
     def get_supported_operations(self, model: Model) -> list[bool]:
-        """Remembered by content fingerprint: the same bytes were validated and analysed before
-        (analysis traces the lowering abstractly, so a cached compilation skips it)."""
+        """Remembered by content fingerprint, in this process and in the state directory: the same
+        bytes were validated and analysed before (analysis traces the lowering abstractly, so a
+        compilation from a cache, also in a new process, skips it)."""
         try:
             key = _fingerprint(model)
         except Exception:  # malformed: validation below names the fault
             key = None
         with self._lock:
             flags = self._support_memo.get(key) if key is not None else None
+        if flags is None and key is not None:
+            flags = self.claims.get(key)  # answered in an earlier process
+            if flags is not None and len(flags) == len(model.main.operations):
+                with self._lock:
+                    self._support_memo[key] = flags
+            else:
+                flags = None
         if flags is not None:
             return list(flags)
         validate_model(model)
@@ -98,6 +131,8 @@ class XlaDevice(IDevice):
             raise
         except Exception:  # an analysis failure claims nothing
             dims, lowered, flags = None, None, [False] * len(model.main.operations)
+        if key is not None:
+            self.claims.put(key, flags)
         with self._lock:
             if key is not None:
                 self._support_memo[key] = flags
@@ -134,24 +169,65 @@ class XlaDevice(IDevice):
         preference, priority = ExecutionPreference(preference), Priority(priority)
         _check_deadline(deadline, "preparation")
         relocated, data = prog.relocate(model)
+        has_cache = cache_handles is not None and token is not None and (
+            cache_handles.model_cache or cache_handles.data_cache)
+        engine_key = None
+        if not has_cache and self.engine is not None:
+            engine_key = _engine_key(relocated, data, preference)
+            prepared = self._from_engine(engine_key, priority, client)
+            if prepared is not None:
+                return prepared
         dims, lowered = prog.analyze_supported(relocated, self._take_analysis(model))
         sig = prog.signature(relocated, dims, lowered)
         single = self.optimize_after <= 0 or preference == ExecutionPreference.SUSTAINED_SPEED
         parts = prog.split(relocated, dims, lowered, sig, self.segments)
         try:
-            segments = [(seg, prog.compile_program(relocated, ops, seg, optimized=single)) for ops, seg in parts]
+            segments = prog.compile_segments(relocated, parts, optimized=single)
         except Exception as e:
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla compilation failed: {type(e).__name__}: {e}") from None
         stage = "optimized" if single else "quick"
-        has_cache = cache_handles is not None and token is not None and (
-            cache_handles.model_cache or cache_handles.data_cache)
-        rewriter = CacheRewriter(cache_handles, token, self._rewrite) if has_cache and not single else None
+        rewriter = None
+        if not single and has_cache:
+            rewriter = CacheRewriter(cache_handles, token, self._rewrite)
+        elif not single and engine_key is not None:
+            rewriter = functools.partial(self._engine_put, engine_key)
         prepared = XlaPreparedModel(relocated, sig, segments, stage, preference, priority,
                                     optimize_after=self.optimize_after, on_optimized=rewriter,
                                     scheduler=self.scheduler, client_uid=_uid(client))
         if has_cache:
             self._save(cache_handles, token, prepared)
+        elif engine_key is not None:
+            self._engine_put(engine_key, prepared)
         return prepared
+
+    # --- the caching engine (C12) ---------------------------------------------------------------------
+    def _from_engine(self, key: str, priority: Priority, client):
+        """The prepared model the engine holds for `key` (None on a miss or an unusable entry)."""
+        from . import cache
+        from .prepared_model import XlaPreparedModel
+        try:
+            hit = self.engine.get(key)  # integrity-checked against the engine's SHA-256 index
+            if hit is None:
+                return None
+            (model_blob,), (data_blob,) = hit
+            model, sig, segments, stage, preference, _, constants = cache.from_artifacts(model_blob, data_blob)
+        except (OSError, NnError, sqlite3.Error, ValueError):
+            return None
+        on_optimized = functools.partial(self._engine_put, key) if stage == "quick" else None
+        return XlaPreparedModel(model, sig, segments, stage, preference, priority,
+                                optimize_after=self.optimize_after, on_optimized=on_optimized,
+                                scheduler=self.scheduler, client_uid=_uid(client), constants=constants)
+
+    def _engine_put(self, key: str, prepared) -> None:
+        """Store (or, after the optimised compile, replace) the engine's entry; failing only means no entry."""
+        from . import cache
+        try:
+            model_blob, data_blob = cache.to_artifacts(prepared.model, _data_of(prepared.model), prepared.signature,
+                                                       prepared.segments, prepared.stage, prepared.preference,
+                                                       prepared.priority)
+            self.engine.put(key, [model_blob], [data_blob])
+        except Exception:
+            pass
 
     def _save(self, handles: CacheHandles, token: bytes, prepared) -> None:
         """Write the cache; failing to write only means no cache."""
@@ -195,6 +271,21 @@ class XlaDevice(IDevice):
         """Memory domains (M6-M12) on the shared toolkit: any non-OEM operand type, up to 2 GiB."""
         from . import buffers
         return buffers.allocate(desc, prepared_models, input_roles, output_roles)
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _engine_key(relocated: Model, data, preference: ExecutionPreference) -> str:
+    """The engine key of a partition: its structure, its constants, the preference and the backend."""
+    import dataclasses
+
+    import jax
+
+    from ...hal.serialize import model_to_bytes
+    return CachingEngine.key_for(model_to_bytes(dataclasses.replace(relocated, pools=[])), bytes(data),
+                                 bytes([int(preference)]), jax.default_backend().encode())
 
 
 def _uid(client) -> int | None:

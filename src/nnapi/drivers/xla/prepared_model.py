@@ -128,7 +128,7 @@ class XlaPreparedModel(IPreparedModel):
         try:
             dims, lowered = prog.analyze_supported(self.model)
             parts = prog.split(self.model, dims, lowered, self.signature, len(self._segments))
-            segments = [(seg, prog.compile_program(self.model, ops, seg, optimized=True)) for ops, seg in parts]
+            segments = prog.compile_segments(self.model, parts, optimized=True)
             self._warm_up(segments)
             with self._lock:
                 self._segments = segments

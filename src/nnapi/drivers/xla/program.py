@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import struct
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -132,9 +134,10 @@ def signature(model: Model, dims: list[tuple[int, ...]], ops: list[LoweredOp]) -
                      loops=has_loops(ops))
 
 
-#: Work (multiply-accumulates plus elements touched, `qos.estimate.operation_work`) per sub-model:
-#: a partition with more is split so QoS checkpoints come every few milliseconds of running time.
-WORK_PER_SEGMENT = 1_000_000_000
+#: Work (multiply-accumulates plus elements touched, `qos.estimate.operation_work`) per sub-model,
+#: about 5 ms on two CPU cores: a partition with more is split, so QoS checkpoints come every few
+#: milliseconds, and its executables compile and load side by side (a cache hit is mostly loading).
+WORK_PER_SEGMENT = 200_000_000
 MAX_SEGMENTS = 4
 
 
@@ -245,13 +248,17 @@ def arg_specs(sig: Signature) -> list[jax.ShapeDtypeStruct]:
     return specs + [jax.ShapeDtypeStruct((), np.int32)] if sig.loops else specs
 
 
-def compile_program(model: Model, ops: list[LoweredOp], sig: Signature, optimized: bool):
-    """Trace and compile ahead of time for the signature's shapes; returns a `jax.stages.Compiled`.
+def lower_program(model: Model, ops: list[LoweredOp], sig: Signature):
+    """Trace and lower for the signature's shapes (Python work); returns a `jax.stages.Lowered`.
     Matrix products run at full float32 precision on every backend (no TF32 on GPUs)."""
     fn = make_function(model, ops, sig)
     Counters.bump("traces")
     with jax.default_matmul_precision("highest"):
-        lowered = jax.jit(fn).lower(*arg_specs(sig))
+        return jax.jit(fn).lower(*arg_specs(sig))
+
+
+def compile_lowered(lowered, optimized: bool):
+    """XLA's ahead-of-time compile (native work, GIL released); returns a `jax.stages.Compiled`."""
     Counters.bump("compiles")
     if optimized:
         return lowered.compile()
@@ -259,6 +266,16 @@ def compile_program(model: Model, ops: list[LoweredOp], sig: Signature, optimize
         return lowered.compile(QUICK_OPTIONS)
     except Exception:  # a backend without these options: its default compile
         return lowered.compile()
+
+
+def compile_segments(model: Model, parts: list[tuple[list[LoweredOp], Signature]], optimized: bool) -> list:
+    """[(signature, executable)] of sub-models: traced one after the other, compiled side by side."""
+    lowered = [lower_program(model, ops, sig) for ops, sig in parts]
+    if len(lowered) == 1:
+        return [(parts[0][1], compile_lowered(lowered[0], optimized))]
+    with ThreadPoolExecutor(min(len(lowered), os.cpu_count() or 1)) as pool:
+        executables = list(pool.map(lambda lw: compile_lowered(lw, optimized), lowered))
+    return [(sig, exe) for (_, sig), exe in zip(parts, executables)]
 
 
 def analyze_supported(model: Model, analysis: tuple | None = None) -> tuple[list[tuple[int, ...]], list[LoweredOp]]:
