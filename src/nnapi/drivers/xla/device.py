@@ -5,8 +5,8 @@ after which the optimised executable is compiled in the background (0: compile t
 at preparation, single stage). Preference SUSTAINED_SPEED always compiles optimised at once.
 `segments` (or NNAPI_XLA_SEGMENTS) is the number of sub-models a partition is split into, with a
 QoS checkpoint between them (default: one per `program.WORK_PER_SEGMENT` of estimated work, at
-most 4, balanced by work). `scheduler`: the
-`qos.Scheduler` executions run through (default: one per device). `engine` (or NNAPI_XLA_ENGINE=1)
+most 4, balanced by work). `scheduler`: the `qos.Scheduler` executions run through (default: one
+per device). `engine` (or NNAPI_XLA_ENGINE=1)
 caches compilations made without app caching information in the driver's own caching engine (C12):
 the same artifacts as the app cache, keyed by the SHA-256 of the partition and its preference, so a
 process that compiles the same model again loads the executable instead.
