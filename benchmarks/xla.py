@@ -16,8 +16,8 @@ Figures:
 `nnapi bench MODEL --device xla` gives the same cold / cached prepare figures; its execute figures
 include the quick first-stage executable and the background optimised compile unless
 `--preference sustained-speed` (or NNAPI_XLA_OPTIMIZE_AFTER=0) compiles the optimised executable
-at once. The machine is shared, so
-execute times move by +-30% between runs: compare figures taken in one run.
+at once. The machine is shared, so execute times move by +-30% between runs: compare figures
+taken in one run.
 
 usage: python benchmarks/xla.py [--model PATH] [--runs N] [--reference-runs N] [--prepare-runs N]
 The last line printed is one JSON object holding every figure.

@@ -80,19 +80,23 @@ def _cmd_cts(args: argparse.Namespace) -> int:
 
 # --- run and bench: a `.tflite` model end to end -----------------------------------------------------
 _PRIORITIES = {"low": 90, "medium": 100, "high": 110}
-#: ExecutionPreference values by command-line name.
-_PREFERENCES = {"low-power": 0, "fast-single-answer": 1, "sustained-speed": 2}
-
-
 _PREFERENCE_HELP = ("fast-single-answer (default), sustained-speed (xla: compile the optimised executable at "
                     "once) or low-power")
 
 
+def _preference_name(preference: int) -> str:
+    """The command-line name of an ExecutionPreference: its name in lower case with dashes."""
+    from .hal import ExecutionPreference
+    return ExecutionPreference(preference).name.lower().replace("_", "-")
+
+
 def _preference_arg(text: str) -> int:
+    from .hal import ExecutionPreference
+    names = {_preference_name(p): int(p) for p in ExecutionPreference}
     value = text.strip().lower().replace("_", "-")
-    if value not in _PREFERENCES:
-        raise argparse.ArgumentTypeError(f"preference must be one of {', '.join(_PREFERENCES)}, got {text!r}")
-    return _PREFERENCES[value]
+    if value not in names:
+        raise argparse.ArgumentTypeError(f"preference must be one of {', '.join(names)}, got {text!r}")
+    return names[value]
 
 
 def _priority_arg(text: str) -> int:
@@ -318,7 +322,7 @@ def bench_model(path: str, device: str | None = None, cache_dir: str | None = No
         "execute_p90_ms": round(_percentile(times, 90), 4) if times else None,
         "runs": len(times),
         "priority": priority,
-        "preference": {v: k for k, v in _PREFERENCES.items()}[int(preference)],
+        "preference": _preference_name(preference),
         "timeout_ms": timeout_ms,
         "deadline_miss_rate": round((missed["transient"] + missed["persistent"]) / max(runs, 1), 4),
         "missed_transient": missed["transient"],

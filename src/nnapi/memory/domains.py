@@ -508,8 +508,7 @@ class RequestBuffers:
 
     def device_input(self, k: int, dims: Sequence[int]):
         """Input `k` as the device array its buffer holds (None when its content is on the host)."""
-        buffer, current = self.inputs[k]
-        value, held, _ = buffer.device_snapshot()
+        value, held, _ = self.inputs[k][0].device_snapshot()
         if value is None or (dims and tuple(dims) != tuple(held)):
             return None
         return value

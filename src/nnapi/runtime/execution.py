@@ -375,7 +375,6 @@ class Execution:
                 p = pool_index(arg.array, MemoryPool(pointer=flat))
                 return RequestArgument(False, DataLocation(p, 0, arg.length), arg.dims)
 
-
             req_inputs = []
             for o in step.inputs:
                 if o in main_in:

@@ -150,9 +150,9 @@ def lower_graph(model: Model, index: int, specs: list[tuple[T, tuple[int, ...]]]
         return None
     if not all(operand_ok(sub.operands[i], dims[i]) for i in sub.output_indexes):
         return None
-    reader = ConstantReader(model)
-    constants = {i: reader.value(o) for i, o in enumerate(sub.operands) if o.lifetime in (
-        L.CONSTANT_COPY, L.CONSTANT_REFERENCE)}
+    reader = ConstantReader(model)  # a subgraph output may be a constant itself
+    constants = {i: reader.value(sub.operands[i]) for i in sub.output_indexes
+                 if sub.operands[i].lifetime in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)}
     return control_flow.LoweredGraph(
         tuple(sub.input_indexes), tuple(sub.output_indexes),
         tuple((T(sub.operands[i].type), tuple(dims[i])) for i in sub.output_indexes), ops,

@@ -23,7 +23,6 @@ from pathlib import Path
 
 from ..._version import __version__
 from ...caching import CachingEngine, IntegrityRegistry, load_artifacts, save_artifacts
-from ...caching.files import locked
 from ...hal import (BufferDesc, CacheHandles, Capabilities, DeviceInfo, DeviceType, ErrorStatus,
                     ExecutionPreference, IDevice, Model, NnError, Priority)
 from ...hal.constants import NO_DEADLINE
@@ -188,7 +187,7 @@ class XlaDevice(IDevice):
         stage = "optimized" if single else "quick"
         rewriter = None
         if not single and has_cache:
-            rewriter = CacheRewriter(cache_handles, token, self._rewrite)
+            rewriter = CacheRewriter(cache_handles, token, self._save)
         elif not single and engine_key is not None:
             rewriter = functools.partial(self._engine_put, engine_key)
         prepared = XlaPreparedModel(relocated, sig, segments, stage, preference, priority,
@@ -203,68 +202,56 @@ class XlaDevice(IDevice):
     # --- the caching engine (C12) ---------------------------------------------------------------------
     def _from_engine(self, key: str, priority: Priority, client):
         """The prepared model the engine holds for `key` (None on a miss or an unusable entry)."""
-        from . import cache
-        from .prepared_model import XlaPreparedModel
         try:
             hit = self.engine.get(key)  # integrity-checked against the engine's SHA-256 index
             if hit is None:
                 return None
             (model_blob,), (data_blob,) = hit
-            model, sig, segments, stage, preference, _, constants = cache.from_artifacts(model_blob, data_blob)
+            return self._from_artifacts(model_blob, data_blob, lambda: functools.partial(self._engine_put, key),
+                                        client, priority)
         except (OSError, NnError, sqlite3.Error, ValueError):
             return None
-        on_optimized = functools.partial(self._engine_put, key) if stage == "quick" else None
-        return XlaPreparedModel(model, sig, segments, stage, preference, priority,
-                                optimize_after=self.optimize_after, on_optimized=on_optimized,
-                                scheduler=self.scheduler, client_uid=_uid(client), constants=constants)
 
     def _engine_put(self, key: str, prepared) -> None:
         """Store (or, after the optimised compile, replace) the engine's entry; failing only means no entry."""
-        from . import cache
         try:
-            model_blob, data_blob = cache.to_artifacts(prepared.model, _data_of(prepared.model), prepared.signature,
-                                                       prepared.segments, prepared.stage, prepared.preference,
-                                                       prepared.priority)
-            self.engine.put(key, [model_blob], [data_blob])
+            self.engine.put(key, *([blob] for blob in _artifacts(prepared)))
         except Exception:
             pass
 
+    # --- the app's cache files ------------------------------------------------------------------------
     def _save(self, handles: CacheHandles, token: bytes, prepared) -> None:
-        """Write the cache; failing to write only means no cache."""
-        from . import cache
+        """Write the cache (the record and both files under one exclusive lock, so a reader sees the
+        old cache or the new one, never a mix); failing to write only means no cache."""
         try:
-            model_blob, data_blob = cache.to_artifacts(prepared.model, _data_of(prepared.model), prepared.signature,
-                                                       prepared.segments, prepared.stage, prepared.preference,
-                                                       prepared.priority)
             save_artifacts(handles, token, self.registry, self.get_number_of_cache_files_needed(),
-                           [model_blob], [data_blob])
+                           *([blob] for blob in _artifacts(prepared)))
         except Exception:  # e.g. an executable XLA cannot serialize: prepared, just not cached
-            pass
-
-    def _rewrite(self, handles: CacheHandles, token: bytes, prepared) -> None:
-        """After the optimised compile: record and rewrite under one exclusive lock, so a reader
-        sees the old cache or the new one, never a mix (and never a record without its files)."""
-        fds = (*handles.model_cache, *handles.data_cache)
-        try:
-            with locked(fds, exclusive=True):
-                self._save(handles, token, prepared)
-        except OSError:
             pass
 
     def prepare_model_from_cache(self, deadline: int | None, cache_handles: CacheHandles, token: bytes, *,
                                  client=None):
-        from . import cache
-        from .prepared_model import CacheRewriter, XlaPreparedModel
+        from .prepared_model import CacheRewriter
         _check_deadline(deadline, "preparation from cache")
         try:
             (model_blob,), (data_blob,) = load_artifacts(cache_handles, token, self.registry,
                                                          self.get_number_of_cache_files_needed())
         except sqlite3.Error as e:
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"integrity registry unavailable: {e}") from None
-        model, sig, segments, stage, preference, priority, constants = cache.from_artifacts(model_blob, data_blob)
-        rewriter = CacheRewriter(cache_handles, token, self._rewrite) if stage == "quick" else None
-        return XlaPreparedModel(model, sig, segments, stage, preference, priority,
-                                optimize_after=self.optimize_after, on_optimized=rewriter,
+        return self._from_artifacts(model_blob, data_blob, lambda: CacheRewriter(cache_handles, token, self._save),
+                                    client)
+
+    def _from_artifacts(self, model_blob, data_blob, rewriter, client, priority: Priority | None = None):
+        """A prepared model from verified artifacts; `rewriter()` makes what rewrites them after the
+        optimised compile (only a quick-stage model gets one). `priority`: the cached one if None."""
+        from . import cache
+        from .prepared_model import XlaPreparedModel
+        model, sig, segments, stage, preference, cached_priority, constants = cache.from_artifacts(model_blob,
+                                                                                                   data_blob)
+        return XlaPreparedModel(model, sig, segments, stage, preference,
+                                cached_priority if priority is None else priority,
+                                optimize_after=self.optimize_after,
+                                on_optimized=rewriter() if stage == "quick" else None,
                                 scheduler=self.scheduler, client_uid=_uid(client), constants=constants)
 
     def allocate(self, desc: BufferDesc, prepared_models, input_roles, output_roles):
@@ -304,6 +291,13 @@ def _fingerprint(model: Model) -> bytes:
     for pool in model.pools:
         h.update(map_pool(pool).buffer)
     return h.digest()
+
+
+def _artifacts(prepared) -> tuple[bytes, bytes]:
+    """(model blob, data blob) of a prepared model, for the app's cache files or the engine."""
+    from . import cache
+    return cache.to_artifacts(prepared.model, _data_of(prepared.model), prepared.signature, prepared.segments,
+                              prepared.stage, prepared.preference, prepared.priority)
 
 
 def _data_of(model: Model) -> bytes:

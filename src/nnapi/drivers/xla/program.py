@@ -27,8 +27,8 @@ from ...hal import (ErrorStatus, MemoryPool, Model, NnError, OperandLifeTime, Op
 from ...ops import numpy_dtype
 from ...caching.constants import relocate_constants
 from ...caching.files import aligned_buffer
-from ...qos.estimate import operation_work as estimate_work
-from .analysis import analyze
+from ...qos.estimate import operation_work
+from .analysis import analyze, with_dims
 from .control_flow import LoopBudget, has_loops
 from .lowering import LoweredOp, run_op
 
@@ -141,16 +141,6 @@ WORK_PER_SEGMENT = 200_000_000
 MAX_SEGMENTS = 4
 
 
-def operation_work(model: Model, dims: list[tuple[int, ...]], lop: LoweredOp) -> int:
-    """The work of one lowered operation, with its inferred shapes."""
-    sub = model.main
-    operands = list(sub.operands)
-    for i in (*lop.inputs, *lop.outputs):
-        if dims[i] and not OperandType(operands[i].type).is_scalar:
-            operands[i] = dataclasses.replace(operands[i], dimensions=tuple(dims[i]))
-    return max(1, estimate_work(dataclasses.replace(sub, operands=operands), sub.operations[lop.index]))
-
-
 def segment_bounds(work: list[int], requested: int | None = None) -> list[int]:
     """Cut points of the operations into contiguous sub-models of about equal work: one per
     WORK_PER_SEGMENT (at most MAX_SEGMENTS), or `requested`; every sub-model has an operation."""
@@ -174,7 +164,8 @@ def split(model: Model, dims: list[tuple[int, ...]], ops: list[LoweredOp], sig: 
     sub-model's inputs are the values it reads that earlier sub-models (or the request) produce;
     its outputs are what later sub-models or the request read. One sub-model is the whole program
     with the request's own signature."""
-    bounds = segment_bounds([operation_work(model, dims, lop) for lop in ops], requested)
+    sized = with_dims(model, None, {i: d for i, d in enumerate(dims) if d}).main  # the inferred shapes
+    bounds = segment_bounds([max(1, operation_work(sized, sized.operations[lop.index])) for lop in ops], requested)
     if len(bounds) <= 2:
         return [(ops, sig)]
     main = model.main
@@ -271,8 +262,6 @@ def compile_lowered(lowered, optimized: bool):
 def compile_segments(model: Model, parts: list[tuple[list[LoweredOp], Signature]], optimized: bool) -> list:
     """[(signature, executable)] of sub-models: traced one after the other, compiled side by side."""
     lowered = [lower_program(model, ops, sig) for ops, sig in parts]
-    if len(lowered) == 1:
-        return [(parts[0][1], compile_lowered(lowered[0], optimized))]
     with ThreadPoolExecutor(min(len(lowered), os.cpu_count() or 1)) as pool:
         executables = list(pool.map(lambda lw: compile_lowered(lw, optimized), lowered))
     return [(sig, exe) for (_, sig), exe in zip(parts, executables)]
