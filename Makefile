@@ -7,10 +7,10 @@ SHARED ?= ../shared
 
 .PHONY: run test test-all cts clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench]'
 	touch $(STAMP)
 
 run: $(STAMP)

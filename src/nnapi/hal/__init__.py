@@ -6,7 +6,8 @@ from .enums import (DeviceType, ErrorStatus, ExecutionPreference, FusedActivatio
                     MeasureTiming, OperandLifeTime, OperandType, OperationType, PaddingScheme, Priority,
                     ResultCode)
 from .errors import NnError, invalid, result_code_for, status_for
-from .interfaces import (ExecutionCallback, IBuffer, IDevice, IFencedExecutionCallback, IPreparedModel)
+from .interfaces import (ExecutionCallback, IBuffer, IBurst, IDevice, IFencedExecutionCallback, IPreparedModel,
+                         SimpleBurst, check_burst_tokens)
 from .types import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId, DataLocation, DeviceInfo,
                     MemoryHandle, MemoryPool, Model, Operand, OperandPerformance, Operation, OutputShape,
                     PerformanceInfo, Request, RequestArgument, Subgraph, SymmPerChannelQuantParams, Timing)

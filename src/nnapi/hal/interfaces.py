@@ -45,8 +45,59 @@ class IFencedExecutionCallback(abc.ABC):
         """Status, timing since launch, timing since the wait fences were signalled."""
 
 
+class IBurst(abc.ABC):
+    """A channel of consecutive synchronous executions of one prepared model (Android's IBurst).
+
+    The caller names each request pool with a memory identifier token (>= 0; -1: not cached), so a
+    driver (and a service in between) may keep the pool mapped under that token across executions
+    instead of receiving and mapping it again; `release_memory_resource` forgets one token.
+    """
+
+    @abc.abstractmethod
+    def execute_synchronously(self, request: Request, memory_identifier_tokens: Sequence[int],
+                              measure: MeasureTiming, deadline: int | None, loop_timeout_ns: int | None, *,
+                              client: ClientId | None = None) -> tuple[list[OutputShape], Timing]:
+        """As `IPreparedModel.execute_synchronously`; one token per request pool (INVALID_ARGUMENT
+        when the counts differ or a token < -1)."""
+
+    @abc.abstractmethod
+    def release_memory_resource(self, token: int) -> None:
+        """Forget the pool cached under `token` (an unknown token is ignored)."""
+
+
+class SimpleBurst(IBurst):
+    """A burst that caches nothing: each execution goes to `execute_synchronously` of its prepared
+    model. What `IPreparedModel.configure_execution_burst` gives by default."""
+
+    def __init__(self, prepared: "IPreparedModel") -> None:
+        self.prepared = prepared
+
+    def execute_synchronously(self, request, memory_identifier_tokens, measure, deadline, loop_timeout_ns, *,
+                              client=None):
+        check_burst_tokens(request, memory_identifier_tokens)
+        kwargs = {} if client is None else {"client": client}
+        return self.prepared.execute_synchronously(request, measure, deadline, loop_timeout_ns, **kwargs)
+
+    def release_memory_resource(self, token: int) -> None:
+        return None
+
+
+def check_burst_tokens(request: Request, tokens: Sequence[int]) -> None:
+    """INVALID_ARGUMENT unless there is one integer token >= -1 per request pool."""
+    from .errors import invalid
+    if len(tokens) != len(request.pools):
+        raise invalid(f"burst: {len(tokens)} memory identifier tokens for {len(request.pools)} request pools")
+    for k, t in enumerate(tokens):
+        if isinstance(t, bool) or not isinstance(t, int) or t < -1:
+            raise invalid(f"burst: memory identifier token {k} is {t!r}, expected an integer >= -1")
+
+
 class IPreparedModel(abc.ABC):
     """A model compiled for one device."""
+
+    def configure_execution_burst(self) -> IBurst:
+        """A burst for consecutive executions of this model (default: one that caches nothing)."""
+        return SimpleBurst(self)
 
     @abc.abstractmethod
     def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,

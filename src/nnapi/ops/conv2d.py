@@ -16,7 +16,7 @@ _COUNTS = (7, 8, 10, 11, 13)
 
 
 @dataclass(frozen=True)
-class _Geometry:
+class Conv2dParams:
     """Resolved parameters and sizes of one CONV_2D; 0 marks a size unknown at compile time."""
 
     params: _conv.WindowParams
@@ -37,7 +37,7 @@ def _validate(ctx: OpContext) -> None:
     _conv.validate_window_conv(ctx, _signature(ctx), channel_dim=0, bias_axis=0)
 
 
-def _geometry(ctx: OpContext) -> _Geometry:
+def params(ctx: OpContext) -> Conv2dParams:
     """Check shapes against each other and compute the output size (Android's Conv2D prepare)."""
     sig = _signature(ctx)
     x, f, b = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
@@ -64,16 +64,16 @@ def _geometry(ctx: OpContext) -> _Geometry:
             ow = out_size(w, fw, p.stride_w, p.pad_left, p.pad_right, p.dilation_w)
         if (h and oh <= 0) or (w and ow <= 0):
             raise ctx.fail(f"the filter does not fit the padded input (output {oh}x{ow})")
-    return _Geometry(p, n, o, fh, fw, oh, ow)
+    return Conv2dParams(p, n, o, fh, fw, oh, ow)
 
 
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    g = _geometry(ctx)
+    g = params(ctx)
     return [join_dims(g.batches, g.out_h, g.out_w, g.channels_out, g.params.nchw)]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    g = _geometry(ctx)
+    g = params(ctx)
     p = g.params
     x = to_nhwc(_conv.centered_input(ctx), p.nchw)
     weights = _conv.centered_filter(ctx).reshape(g.channels_out, -1).T  # [FH*FW*C, O]
@@ -82,5 +82,5 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [from_nhwc(_conv.finish(ctx, acc, p.activation), p.nchw)]
 
 
-register(Op.CONV_2D, validate=_validate, prepare=_prepare, execute=_execute,
+register(Op.CONV_2D, validate=_validate, prepare=_prepare, execute=_execute, params=params,
          allow_zero_sized_input=True)

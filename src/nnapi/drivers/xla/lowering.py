@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ...hal import FusedActivationFunc, OperandType as T, OperationType as Op
-from ...ops import OpContext, numpy_dtype
+from ...ops import OpContext, numpy_dtype, resolve
 from ...ops import (_activation, _lstm_cell as lstm_cell, _rnn as rnn_cell, batch_matmul, channel_shuffle,
                     concatenation, conv2d, depth_space, depthwise_conv2d, expand_dims, fill, fully_connected,
                     gather, grouped_conv2d, l2_normalization, lstm, pad, pooling, reduce, reshape, resize, rnn,
@@ -194,7 +194,7 @@ def _conv(x, w, p, *, rhs_spec: str, groups: int = 1):
 
 @lowers(Op.CONV_2D)
 def _conv2d(ctx, xs):
-    g = conv2d._geometry(ctx)
+    g = resolve(ctx)
     p = g.params
     x, w = to_nhwc(f32(xs[0]), p.nchw), f32(xs[1])
     if g.filter_h == g.filter_w == 1 and p.stride_h == p.stride_w == 1 and not (
