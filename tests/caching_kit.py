@@ -268,11 +268,11 @@ class VersionedReference(ReferenceDevice):
     """The reference driver reporting another version string (a driver update)."""
 
     def __init__(self, version: str, **kwargs) -> None:
-        self._version = version
+        self._reported_version = version
         super().__init__(**kwargs)
 
-    def get_info(self) -> DeviceInfo:
-        return DeviceInfo("reference", self._version, DeviceType.CPU, 30)
+    def driver_version(self) -> str:
+        return self._reported_version
 
 
 # --- Android's CachingDriver ----------------------------------------------------------------------------

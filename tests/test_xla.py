@@ -276,10 +276,10 @@ def test_bad_requests_are_errors_not_crashes(conv, image):
 
 
 def test_sub_models_checkpoint_between_them_and_cache_as_a_set(tmp_path, conv, image, monkeypatch):
-    import nnapi.drivers.xla.prepared_model as pm
+    import nnapi.drivers.base.binding as binding
     seen: list[str] = []
-    real = pm.checkpoint
-    monkeypatch.setattr(pm, "checkpoint", lambda where="": (seen.append(where), real(where)))
+    real = binding.checkpoint
+    monkeypatch.setattr(binding, "checkpoint", lambda where="": (seen.append(where), real(where)))
     device = xla_device(segments=3)
     token = bytes([9] * 32)
     c = nnapi.Compilation(conv, devices=[device], cache_dir=tmp_path, token=token).finish()

@@ -7,9 +7,12 @@
 - `artifacts`: save/load of a driver's model-cache and data-cache blobs with the registry check
   done on the in-memory copy that is then used (C10).
 - `engine`: the driver-internal persistent cache used without app caching information (C12).
+- `fingerprint`: the content fingerprint of a model (structure and constants) caches key by.
 """
 from .artifacts import CacheError, load_artifacts, save_artifacts
 from .engine import CachingEngine
+from .fingerprint import model_fingerprint
 from .registry import IntegrityRegistry, state_dir
 
-__all__ = ["CacheError", "load_artifacts", "save_artifacts", "CachingEngine", "IntegrityRegistry", "state_dir"]
+__all__ = ["CacheError", "load_artifacts", "save_artifacts", "CachingEngine", "IntegrityRegistry", "state_dir",
+           "model_fingerprint"]

@@ -563,14 +563,16 @@ class RequestBuffers:
 
 class DriverDomain:
     """One driver's memory domain: its token tracker plus `allocate` / `resolve` for its own prepared
-    models (`prepared_class`, given lazily to avoid import cycles; other objects are foreign)."""
+    models: instances of `prepared_class` (given lazily to avoid import cycles), or, with `owns`,
+    the objects it accepts; other objects are foreign."""
 
-    def __init__(self, prepared_class: Callable[[], type]) -> None:
+    def __init__(self, prepared_class: Callable[[], type] | None = None, *,
+                 owns: Callable[[object], bool] | None = None) -> None:
         self.tracker = BufferTracker()
-        self._prepared_class = prepared_class
+        self._owns = owns if owns is not None else (lambda model: isinstance(model, prepared_class()))
 
     def _io_operands(self, prepared_model: object):
-        if not isinstance(prepared_model, self._prepared_class()):
+        if not self._owns(prepared_model):
             return None  # a foreign object, or another driver's prepared model
         main = prepared_model.model.main
         return [main.operands[i] for i in main.input_indexes], [main.operands[i] for i in main.output_indexes]

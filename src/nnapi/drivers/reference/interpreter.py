@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -92,6 +93,7 @@ class SubgraphPlan:
         """Evaluate every step; `values` holds the subgraph inputs (None = omitted) and receives the outputs."""
         values.update(self.constants)
         operands = self.sub.operands
+        check_allocation = executor.check_allocation if executor is not None else None
         ticket = current_ticket()  # the QoS work this thread runs, if any
         for step in self.steps:
             if ticket is not None:  # checkpoint: deadline, preemption
@@ -121,6 +123,9 @@ class SubgraphPlan:
                 if shapes is not None:
                     for k, (declared, dims) in enumerate(zip(outputs, shapes)):
                         _check_compatible(step, k, declared.dims, tuple(dims))
+                        if check_allocation is not None and not declared.type.is_scalar:
+                            check_allocation(dims, numpy_dtype(declared.type),
+                                             f"operation {step.index} ({step.type.name}) output {k}")
                 results = reg.execute(ctx)
                 if shapes is None:  # data-dependent shapes (control flow): known after execute
                     shapes = [() if operands[i].type.is_scalar else tuple(np.shape(r))
@@ -158,10 +163,13 @@ def _check_compatible(step: _Step, k: int, declared: tuple[int, ...], inferred: 
 class ModelExecutor:
     """Runs one execution of a model: the main plan and, for IF/WHILE, its referenced subgraphs."""
 
-    def __init__(self, plans: list[SubgraphPlan], deadline: int | None, loop_timeout_ns: int) -> None:
+    def __init__(self, plans: list[SubgraphPlan], deadline: int | None, loop_timeout_ns: int,
+                 check_allocation: Callable[[tuple[int, ...], np.dtype, str], None] | None = None) -> None:
         self.plans = plans  # referenced subgraph plans, by index
         self.deadline = deadline
         self.loop_timeout_ns = loop_timeout_ns
+        #: Raises RESOURCE_EXHAUSTED_PERSISTENT before a tensor larger than the driver's limit is computed.
+        self.check_allocation = check_allocation
         self._ticket = current_ticket()
 
     def now_ns(self) -> int:

@@ -1,14 +1,6 @@
-"""The XLA driver's memory domain on the shared toolkit `nnapi.memory.domains` (one tracker per
-driver process)."""
+"""The XLA driver's memory domain: the driver base's domain of `XlaDevice` (one per process)."""
 from __future__ import annotations
 
-from ...memory.domains import DriverDomain
+from .device import XlaDevice
 
-
-def _prepared_class() -> type:
-    from .prepared_model import XlaPreparedModel
-    return XlaPreparedModel
-
-
-DOMAIN = DriverDomain(_prepared_class)
-allocate, resolve = DOMAIN.allocate, DOMAIN.resolve
+DOMAIN = XlaDevice.shared_domain()

@@ -15,6 +15,7 @@ import os
 import struct
 import threading
 import time
+from typing import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -259,9 +260,17 @@ def compile_lowered(lowered, optimized: bool):
         return lowered.compile()
 
 
-def compile_segments(model: Model, parts: list[tuple[list[LoweredOp], Signature]], optimized: bool) -> list:
-    """[(signature, executable)] of sub-models: traced one after the other, compiled side by side."""
-    lowered = [lower_program(model, ops, sig) for ops, sig in parts]
+def compile_segments(model: Model, parts: list[tuple[list[LoweredOp], Signature]], optimized: bool,
+                     checkpoint: Callable[[str], None] | None = None) -> list:
+    """[(signature, executable)] of sub-models: traced one after the other, compiled side by side;
+    `checkpoint` runs between the steps (a preparation's deadline)."""
+    lowered = []
+    for k, (ops, sig) in enumerate(parts):
+        if checkpoint is not None and k:
+            checkpoint(f"tracing sub-model {k}")
+        lowered.append(lower_program(model, ops, sig))
+    if checkpoint is not None:
+        checkpoint("compiling")
     with ThreadPoolExecutor(min(len(lowered), os.cpu_count() or 1)) as pool:
         executables = list(pool.map(lambda lw: compile_lowered(lw, optimized), lowered))
     return [(sig, exe) for (_, sig), exe in zip(parts, executables)]

@@ -1,0 +1,173 @@
+"""One execution's request as a driver sees it: inputs as zero-copy arrays, outputs as writable views.
+
+The base maps the request's pools (or takes them mapped from a burst), resolves its memory-domain
+buffers, and hands the driver a `Binding`; the driver's `run` reads `input(k)` and returns one
+value per output. What it returns is checked and written back by the base (`finish`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+
+from ...hal import ErrorStatus, Model, NnError, OutputShape, Request
+from ...hal.constants import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
+from ...memory import MappedImage, MappedPool
+from ...memory.domains import RequestBuffers
+from ...ops import numpy_dtype
+from ...qos import checkpoint
+
+
+def region_length(pool: MappedPool, length: int) -> int:
+    """A region's length; a non-BLOB hardware buffer is used whole (length 0 = its packed content)."""
+    return pool.size if length == 0 and isinstance(pool, MappedImage) else length
+
+
+def loop_timeout(ns: int | None) -> int:
+    """A WHILE loop's timeout: the default when none is given, clamped at the maximum."""
+    return LOOP_TIMEOUT_DEFAULT_NS if ns is None else max(0, min(int(ns), LOOP_TIMEOUT_MAXIMUM_NS))
+
+
+class Binding:
+    """The arguments of one execution of a prepared model (see the module doc)."""
+
+    def __init__(self, model: Model, request: Request, pools: Sequence[MappedPool | None],
+                 buffers: RequestBuffers, deadline: int | None, loop_timeout_ns: int | None,
+                 memory_limit_bytes: int | None) -> None:
+        self.model = model
+        self.request = request
+        self.pools = pools
+        self.buffers = buffers
+        #: Absolute monotonic deadline (ns) of this execution, None for none: drivers that can cancel
+        #: native work (an inference request) use it; checkpoints enforce it anyway.
+        self.deadline = deadline
+        #: How long each WHILE loop may run (default 2 s, at most 15 s).
+        self.loop_timeout_ns = loop_timeout(loop_timeout_ns)
+        #: The most bytes one tensor may take (allocations beyond: RESOURCE_EXHAUSTED_PERSISTENT).
+        self.memory_limit_bytes = memory_limit_bytes
+        main = model.main
+        self._inputs = [main.operands[i] for i in main.input_indexes]
+        self._outputs = [main.operands[i] for i in main.output_indexes]
+
+    # --- inputs ----------------------------------------------------------------------------------
+    def input_shape(self, k: int) -> tuple[int, ...]:
+        """Dimensions of input `k` in this request (the operand's, refined by the request)."""
+        operand = self._inputs[k]
+        if operand.type.is_scalar:
+            return ()
+        if k in self.buffers.inputs and not (self.request.inputs[k].dimensions or operand.is_fully_specified):
+            return tuple(self.buffers.inputs[k][1])
+        return tuple(self.request.inputs[k].dimensions or operand.dimensions)
+
+    def input(self, k: int) -> np.ndarray | None:
+        """Input `k` as a read-only-in-spirit zero-copy array (None when the request omits it)."""
+        arg = self.request.inputs[k]
+        if arg.has_no_value:
+            return None
+        operand = self._inputs[k]
+        dims = self.input_shape(k)
+        dtype = numpy_dtype(operand.type)
+        if k in self.buffers.inputs:
+            return self.buffers.input_value(k, dtype, dims or None)
+        pool = self.pools[arg.location.pool_index]
+        length = region_length(pool, arg.location.length)
+        need = operand.byte_size(dims)
+        if length != need:
+            raise NnError(ErrorStatus.INVALID_ARGUMENT,
+                          f"request input {k}: length {length} does not match {need} bytes of shape {list(dims)}")
+        return pool.array(arg.location.offset, need, dtype, dims)
+
+    def device_input(self, k: int):
+        """Input `k` as the device array a memory-domain buffer holds, or None (then use `input`)."""
+        if k not in self.buffers.inputs:
+            return None
+        return self.buffers.device_input(k, self.input_shape(k))
+
+    # --- outputs ---------------------------------------------------------------------------------
+    def output_view(self, k: int, shape: Sequence[int]) -> np.ndarray | None:
+        """A writable zero-copy view of output `k`'s region holding `shape`, or None (a memory-domain
+        output, a read-only pool, or a region too small). Returning this very array from `run`
+        saves the copy back."""
+        if k in self.buffers.outputs:
+            return None
+        arg = self.request.outputs[k]
+        pool = self.pools[arg.location.pool_index]
+        if not pool.writable or isinstance(pool, MappedImage):
+            return None
+        operand = self._outputs[k]
+        need = operand.byte_size(tuple(shape))
+        if need > region_length(pool, arg.location.length):
+            return None
+        return pool.array(arg.location.offset, need, numpy_dtype(operand.type), tuple(shape))
+
+    def check_allocation(self, shape: Sequence[int], dtype: np.dtype, what: str) -> None:
+        """RESOURCE_EXHAUSTED_PERSISTENT before allocating a tensor larger than the driver's limit."""
+        limit = self.memory_limit_bytes
+        if limit is None:
+            return
+        nbytes = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+        if nbytes > limit:
+            raise NnError(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+                          f"{what} needs {nbytes} bytes ({list(shape)}), more than the driver's memory limit of "
+                          f"{limit} bytes")
+
+    @staticmethod
+    def checkpoint(where: str = "") -> None:
+        """A QoS checkpoint between units of work: preemption by higher-priority work, abort at the deadline."""
+        checkpoint(where)
+
+    # --- after the run (the base) ----------------------------------------------------------------
+    def check_static_outputs(self, shapes: Sequence[Sequence[int]]) -> None:
+        """OUTPUT_INSUFFICIENT_SIZE (with every shape) before running, when the shapes are known."""
+        self._sufficiency([tuple(s) for s in shapes])
+
+    def _sufficiency(self, shapes: list[tuple[int, ...]]) -> list[OutputShape]:
+        result = []
+        for k, (arg, shape) in enumerate(zip(self.request.outputs, shapes)):
+            if k in self.buffers.outputs:
+                self.buffers.check_output(k, shape)  # GENERAL_FAILURE when it does not fit
+                result.append(OutputShape(shape, True))
+                continue
+            pool = self.pools[arg.location.pool_index]
+            need = self._outputs[k].byte_size(shape)
+            result.append(OutputShape(shape, need <= region_length(pool, arg.location.length)))
+        if not all(s.is_sufficient for s in result):
+            bad = [k for k, s in enumerate(result) if not s.is_sufficient]
+            raise NnError(ErrorStatus.OUTPUT_INSUFFICIENT_SIZE, f"output buffers too small for outputs {bad}",
+                          output_shapes=result)
+        return result
+
+    def finish(self, values: Sequence[object]) -> list[OutputShape]:
+        """Check the run's outputs against their regions, write them back, keep memory-domain outputs."""
+        if len(values) != len(self._outputs):
+            raise NnError(ErrorStatus.GENERAL_FAILURE,
+                          f"the driver produced {len(values)} outputs, the model has {len(self._outputs)}")
+        shapes = [() if operand.type.is_scalar else tuple(int(d) for d in np.shape(v))
+                  for operand, v in zip(self._outputs, values)]
+        result = self._sufficiency(shapes)
+        kept = {}
+        for k, (arg, value) in enumerate(zip(self.request.outputs, values)):
+            if k in self.buffers.outputs:
+                kept[k] = value
+                continue
+            pool = self.pools[arg.location.pool_index]
+            if not pool.writable:
+                raise NnError(ErrorStatus.INVALID_ARGUMENT, f"request output {k}: pool is read-only")
+            if isinstance(value, np.ndarray) and value.base is not None and _is_region(value, pool, arg):
+                continue  # the driver wrote straight into the region
+            array = np.asarray(value)
+            want = numpy_dtype(self._outputs[k].type)
+            pool.write(arg.location.offset, array if array.dtype == want else array.astype(want))
+        if kept:
+            self.buffers.store_outputs(kept)
+        return result
+
+
+def _is_region(value: np.ndarray, pool: MappedPool, arg) -> bool:
+    """True when `value` is the output region itself (an `output_view`)."""
+    try:
+        start = np.frombuffer(pool.view(arg.location.offset, 1), np.uint8).ctypes.data
+    except NnError:
+        return False
+    return value.ctypes.data == start and value.flags.c_contiguous

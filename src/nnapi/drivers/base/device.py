@@ -1,0 +1,433 @@
+"""The device half of the driver base: what every driver's IDevice does the same way.
+
+A driver subclasses `DriverDevice`, names itself (`NAME`, `CACHE_FILES`, `DEVICE_TYPE`) and fills in
+`driver_version`, `capabilities`, `supported`, `compile`, and, if it caches, `save` / `load`. The base
+does the rest: validation, the unsupported-operation refusal, the memory limit, preparation through
+the `qos` scheduler (refused when the deadline cannot be met, abandoned when it passes), cache save
+and load through `nnapi.caching` (the driver's `load` only ever sees verified bytes), the caching
+engine (C12) for compilations without cache information, and memory domains.
+
+Settings come from keywords or, per driver, the environment: `NNAPI_<NAME>_MEMORY_LIMIT` (bytes),
+`NNAPI_<NAME>_WORKERS` (scheduler slots), `NNAPI_<NAME>_ENGINE=1` (the caching engine).
+"""
+from __future__ import annotations
+
+import contextvars
+import logging
+import os
+import sqlite3
+import threading
+import time
+from typing import Callable, ClassVar
+
+from ...caching import CachingEngine, IntegrityRegistry, load_artifacts, model_fingerprint, save_artifacts
+from ...hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId, DeviceInfo, DeviceType,
+                    ErrorStatus, ExecutionPreference, IDevice, Model, NnError, Priority)
+from ...memory import mappable_constant_flags
+from ...memory.domains import DriverDomain
+from ...qos import Scheduler, estimate_peak_bytes, normalize_deadline
+from ...validation import validate_model, validate_preference, validate_priority
+from .prepared import DriverPreparedModel, client_uid
+
+log = logging.getLogger("nnapi.drivers")
+
+
+def env_flag(name: str) -> bool:
+    """True when environment variable `name` says yes (1, true, yes, on)."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def env_int(name: str) -> int | None:
+    """A non-negative integer from the environment, None when unset or not a number."""
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isdigit() else None
+
+
+def physical_memory_bytes() -> int:
+    """This machine's memory (the bound of any allocation), or 1 TiB when the system does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+class CompileJob:
+    """One preparation as the driver's `compile` / `load` sees it: the model (None when loading from a
+    cache), preference, priority and deadline, a checkpoint, and the cache writer for later saves."""
+
+    def __init__(self, model: Model | None, preference: ExecutionPreference, priority: Priority,
+                 deadline: int | None, writer: Callable[[], "CacheWriter | None"] | None = None) -> None:
+        self.model = model
+        self.preference = preference
+        self.priority = priority
+        self.deadline = deadline
+        self._writer = writer
+        self.deferred = False
+        self._aborted = threading.Event()
+
+    def checkpoint(self, where: str = "") -> None:
+        """Between units of compile work: MISSED_DEADLINE_TRANSIENT once the deadline has passed or the
+        preparation was abandoned."""
+        if self._aborted.is_set() or (self.deadline is not None and time.monotonic_ns() > self.deadline):
+            raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                          "preparation: the deadline passed" + (f" before {where}" if where else ""))
+
+    def abort(self) -> None:
+        self._aborted.set()
+
+    @property
+    def aborted(self) -> bool:
+        return self._aborted.is_set()
+
+    def set_writer(self, writer: Callable[[], "CacheWriter | None"] | None) -> None:
+        """Where later saves go (the app's cache files or the caching engine)."""
+        self._writer = writer
+
+    def keep_cache(self) -> "CacheWriter | None":
+        """A writer that saves the prepared model's artifacts again later (multi-stage compilation);
+        None without caching information. The cache is also written at preparation."""
+        return self._writer() if self._writer is not None else None
+
+    def defer_cache(self) -> "CacheWriter | None":
+        """As `keep_cache`, but the base does not write the cache at preparation: the driver writes it
+        with the writer once it has what to save (just-in-time compilation, C11)."""
+        writer = self.keep_cache()
+        self.deferred = writer is not None
+        return writer
+
+
+class CacheWriter:
+    """Duplicated cache handles (or an engine key) kept to save a prepared model's artifacts later (C11)."""
+
+    def __init__(self, save: Callable[[DriverPreparedModel], None], handles: CacheHandles | None = None) -> None:
+        self._save = save
+        self.handles = handles
+
+    def __call__(self, prepared: DriverPreparedModel) -> None:
+        """Save (once); failing to save only means no cache."""
+        try:
+            self._save(prepared)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        handles, self.handles = self.handles, None
+        if handles is not None:
+            _close(handles)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _dup(handles: CacheHandles) -> CacheHandles:
+    dups: list[int] = []
+    try:
+        for fd in (*handles.model_cache, *handles.data_cache):
+            dups.append(os.dup(fd))
+    except (OSError, TypeError):
+        for fd in dups:
+            os.close(fd)
+        raise
+    n = len(handles.model_cache)
+    return CacheHandles(tuple(dups[:n]), tuple(dups[n:]))
+
+
+def _close(handles: CacheHandles) -> None:
+    for fd in (*handles.model_cache, *handles.data_cache):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+_domains_lock = threading.Lock()
+_domains: dict[type, DriverDomain] = {}
+
+
+class DriverDevice(IDevice):
+    """The shared IDevice; see the module doc for what a driver fills in."""
+
+    NAME: ClassVar[str] = ""
+    #: (model-cache files, data-cache files); (0, 0): the driver does not cache.
+    CACHE_FILES: ClassVar[tuple[int, int]] = (1, 1)
+    DEVICE_TYPE: ClassVar[DeviceType] = DeviceType.CPU
+    FEATURE_LEVEL: ClassVar[int] = 30
+
+    def __init__(self, *, scheduler: Scheduler | None = None, workers: int | None = None, queue_capacity: int = 256,
+                 memory_limit_bytes: int | None = None, engine: bool | None = None) -> None:
+        prefix = f"NNAPI_{self.NAME.upper()}_"
+        self.memory_limit_bytes = memory_limit_bytes if memory_limit_bytes is not None else env_int(
+            prefix + "MEMORY_LIMIT")
+        self.scheduler = scheduler if scheduler is not None else Scheduler(
+            workers if workers is not None else env_int(prefix + "WORKERS"), queue_capacity)
+        self._use_engine = env_flag(prefix + "ENGINE") if engine is None else engine
+        self._version: str | None = None
+        self._registry: IntegrityRegistry | None = None
+        self._engine: CachingEngine | None = None
+        self._capabilities: Capabilities | None = None
+
+    # --- what a driver fills in ---------------------------------------------------------------------
+    def driver_version(self) -> str:
+        """The version string: a new one never trusts caches an older one wrote (C9)."""
+        raise NotImplementedError
+
+    def capabilities(self) -> Capabilities:
+        raise NotImplementedError
+
+    def supported(self, model: Model) -> list[bool]:
+        """One flag per operation of the (already validated) model's main graph."""
+        raise NotImplementedError
+
+    def compile(self, job: CompileJob) -> DriverPreparedModel:
+        """Prepare `job.model`; call `job.checkpoint()` between units of work."""
+        raise NotImplementedError
+
+    def save(self, prepared: DriverPreparedModel) -> tuple[list[bytes], list[bytes]]:
+        """The model-cache and data-cache blobs of a prepared model (CACHE_FILES of each)."""
+        raise NotImplementedError
+
+    def load(self, model_blobs: list[memoryview], data_blobs: list[memoryview], job: CompileJob
+             ) -> DriverPreparedModel:
+        """A prepared model from verified cache blobs (its preference and priority come with them)."""
+        raise NotImplementedError
+
+    def estimate_compile_ns(self, model: Model) -> int:
+        """A lower bound of `compile`'s duration (admission: refused when even this misses the deadline)."""
+        return 0
+
+    def estimate_peak_bytes(self, model: Model) -> int:
+        """Memory the model needs at least (constants and live tensors), checked against the limit."""
+        return estimate_peak_bytes(model)
+
+    # --- state ---------------------------------------------------------------------------------------
+    @property
+    def version(self) -> str:
+        if self._version is None:
+            self._version = self.driver_version()
+        return self._version
+
+    @property
+    def registry(self) -> IntegrityRegistry:
+        if self._registry is None:
+            self._registry = IntegrityRegistry(self.NAME, self.version)
+        return self._registry
+
+    @registry.setter
+    def registry(self, registry: IntegrityRegistry) -> None:
+        self._registry = registry
+
+    @property
+    def engine(self) -> CachingEngine | None:
+        """The caching engine (C12) when turned on, else None."""
+        if self._use_engine and self._engine is None:
+            self._engine = CachingEngine(self.NAME, self.version)
+        return self._engine
+
+    @classmethod
+    def shared_domain(cls) -> DriverDomain:
+        """The memory domain of every device of this driver class in this process: tokens are unique
+        among the live buffers of all of them."""
+        with _domains_lock:
+            domain = _domains.get(cls)
+            if domain is None:
+                domain = _domains[cls] = DriverDomain(owns=lambda m: getattr(m, "domain", None) is domain)
+            return domain
+
+    @property
+    def domain(self) -> DriverDomain:
+        return self.shared_domain()
+
+    def tensor_limit_bytes(self) -> int:
+        """The most bytes one tensor computed at run time may take: the memory limit, else 3/4 of RAM."""
+        return self.memory_limit_bytes if self.memory_limit_bytes is not None else physical_memory_bytes() * 3 // 4
+
+    # --- IDevice -------------------------------------------------------------------------------------
+    def get_info(self) -> DeviceInfo:
+        return DeviceInfo(self.NAME, self.version, self.DEVICE_TYPE, self.FEATURE_LEVEL)
+
+    def get_capabilities(self) -> Capabilities:
+        if self._capabilities is None:
+            self._capabilities = self.capabilities()
+        return self._capabilities
+
+    def get_supported_operations(self, model: Model) -> list[bool]:
+        validate_model(model)
+        flags = self.supported(model)
+        mappable = mappable_constant_flags(model)  # M5: a constant whose handle cannot be mapped is unsupported
+        return [bool(f) and ok for f, ok in zip(flags, mappable)]
+
+    def get_number_of_cache_files_needed(self) -> tuple[int, int]:
+        return self.CACHE_FILES
+
+    def prepare_model(self, model: Model, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
+                      priority: Priority = Priority.MEDIUM, deadline: int | None = None,
+                      cache_handles: CacheHandles | None = None, token: bytes | None = None, *,
+                      client: ClientId | None = None) -> DriverPreparedModel:
+        validate_model(model)
+        validate_preference(preference)
+        validate_priority(priority)
+        preference, priority = ExecutionPreference(preference), Priority(priority)
+        unsupported = [f"{i} ({op.type.name})" for i, (op, ok) in enumerate(zip(model.main.operations,
+                                                                                self.supported(model))) if not ok]
+        if unsupported:
+            raise NnError(ErrorStatus.INVALID_ARGUMENT,
+                          f"the {self.NAME} driver does not support operations {', '.join(unsupported)}")
+        self._check_memory(model)
+        uid = client_uid(client)
+        has_cache = (self.CACHE_FILES != (0, 0) and cache_handles is not None and token is not None
+                     and bool(cache_handles.model_cache or cache_handles.data_cache))
+        saved = None
+        if has_cache:
+            try:
+                saved = _dup(cache_handles)  # the caller may close its fds once we return
+            except (OSError, TypeError) as e:  # bad handles only mean no cache (never a failed preparation)
+                log.info("%s: cache handles unusable, compiling without caching: %s", self.NAME, e)
+                has_cache = False
+        try:
+            token = bytes(token) if has_cache else None
+            job = CompileJob(model, preference, priority, normalize_deadline(deadline),
+                             self._cache_writer(saved, token) if has_cache else None)
+            ticket = self.scheduler.submit(client=uid, priority=priority, deadline=job.deadline,
+                                           lower_ns=self.estimate_compile_ns(model), label=f"{self.NAME} preparation")
+            prepared = self._on_ticket(ticket, job, lambda: self._compile(job, saved, token))
+        finally:
+            if saved is not None:
+                _close(saved)
+        prepared.bind(self, uid)
+        return prepared
+
+    def prepare_model_from_cache(self, deadline: int | None, cache_handles: CacheHandles, token: bytes, *,
+                                 client: ClientId | None = None) -> DriverPreparedModel:
+        if self.CACHE_FILES == (0, 0):
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"the {self.NAME} driver does not cache compilations")
+        uid = client_uid(client)
+        # The priority comes with the cache (Q2): the preparation itself queues at the default.
+        job = CompileJob(None, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, normalize_deadline(deadline),
+                         self._cache_writer(cache_handles, bytes(token)))
+        ticket = self.scheduler.submit(client=uid, priority=Priority.MEDIUM, deadline=job.deadline,
+                                       label=f"{self.NAME} preparation from cache")
+        prepared = self._on_ticket(ticket, job, lambda: self._load_cache(job, cache_handles, token))
+        self._check_memory(prepared.model)
+        prepared.bind(self, uid)
+        return prepared
+
+    def allocate(self, desc: BufferDesc, prepared_models, input_roles: list[BufferRole],
+                 output_roles: list[BufferRole]):
+        """A driver-managed buffer (memory domains, M6-M12) for the roles: IBuffer and token."""
+        return self.domain.allocate(desc, prepared_models, input_roles, output_roles)
+
+    # --- preparation machinery ------------------------------------------------------------------------
+    def _cache_writer(self, handles: CacheHandles, token: bytes) -> Callable[[], CacheWriter]:
+        """What `CompileJob.keep_cache` calls: duplicates the (still open) handles into a writer."""
+        def make() -> CacheWriter:
+            dups = _dup(handles)
+            return CacheWriter(lambda prepared: self._save(dups, token, prepared), dups)
+        return make
+
+    def _check_memory(self, model: Model) -> None:
+        if self.memory_limit_bytes is None:
+            return
+        peak = self.estimate_peak_bytes(model)
+        if peak > self.memory_limit_bytes:
+            raise NnError(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+                          f"the model needs at least {peak} bytes at its peak (constants and live tensors), "
+                          f"more than the {self.NAME} driver's limit of {self.memory_limit_bytes} bytes")
+
+    def _on_ticket(self, ticket, job: CompileJob, fn: Callable[[], DriverPreparedModel]) -> DriverPreparedModel:
+        """Run preparation work on a scheduler slot. With a deadline it runs on a worker thread that is
+        abandoned when the deadline passes (MISSED_DEADLINE_TRANSIENT: control returns at the deadline
+        even while a native compile cannot be interrupted; its next checkpoint stops it)."""
+        if job.deadline is None:
+            return ticket.run(fn)
+
+        def guarded() -> DriverPreparedModel:
+            box: dict[str, object] = {}
+            context = contextvars.copy_context()
+
+            def work() -> None:
+                try:
+                    box["value"] = context.run(fn)
+                except BaseException as e:  # handed to the caller below
+                    box["error"] = e
+
+            thread = threading.Thread(target=work, daemon=True, name=f"nnapi-{self.NAME}-prepare")
+            started = time.monotonic_ns()
+            thread.start()
+            thread.join(max(0.0, (job.deadline - time.monotonic_ns()) / 1e9))
+            if thread.is_alive():
+                job.abort()
+                raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                              f"{self.NAME} preparation: the deadline passed after "
+                              f"{(time.monotonic_ns() - started) / 1e6:.1f} ms; the compilation was abandoned")
+            if "error" in box:
+                raise box["error"]  # type: ignore[misc]
+            return box["value"]  # type: ignore[return-value]
+
+        return ticket.run(guarded)
+
+    def _compile(self, job: CompileJob, handles: CacheHandles | None, token: bytes | None) -> DriverPreparedModel:
+        """Compile, through the caching engine when there is no cache information, and write the cache."""
+        engine_key = None
+        if handles is None and self.engine is not None:
+            engine_key = self._engine_key(job.model, job.preference)
+            prepared = self._engine_get(engine_key, job)
+            if prepared is not None:
+                return prepared
+            job.set_writer(lambda: CacheWriter(lambda p: self._engine_put(engine_key, p)))
+        prepared = self.compile(job)
+        if job.aborted:
+            return prepared
+        if handles is not None and not job.deferred:
+            self._save(handles, token, prepared)
+        elif engine_key is not None and not job.deferred:
+            self._engine_put(engine_key, prepared)
+        return prepared
+
+    def _save(self, handles: CacheHandles, token: bytes, prepared: DriverPreparedModel) -> None:
+        """Write the cache (record and files under one exclusive lock); failing only means no cache."""
+        try:
+            save_artifacts(handles, token, self.registry, self.CACHE_FILES, *self.save(prepared))
+        except Exception as e:  # e.g. unwritable files, an unusable state directory, an unserializable program
+            log.info("%s: compilation not cached: %s: %s", self.NAME, type(e).__name__, e)
+
+    def _load_cache(self, job: CompileJob, handles: CacheHandles, token: bytes) -> DriverPreparedModel:
+        try:
+            model_blobs, data_blobs = load_artifacts(handles, token, self.registry, self.CACHE_FILES)
+        except NnError:
+            raise
+        except (sqlite3.Error, OSError) as e:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"integrity registry unavailable: {e}") from None
+        try:
+            return self.load(model_blobs, data_blobs, job)
+        except NnError as e:
+            if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
+                raise
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"cached model cannot be loaded: {e.message}") from None
+        except Exception as e:
+            raise NnError(ErrorStatus.GENERAL_FAILURE,
+                          f"cached model cannot be loaded: {type(e).__name__}: {e}") from None
+
+    # --- the caching engine (C12) ----------------------------------------------------------------------
+    def _engine_key(self, model: Model, preference: ExecutionPreference) -> str:
+        return CachingEngine.key_for(model_fingerprint(model), bytes([int(preference)]), self.NAME.encode())
+
+    def _engine_get(self, key: str, job: CompileJob) -> DriverPreparedModel | None:
+        """The prepared model the engine holds for `key` (None on a miss or an unusable entry)."""
+        try:
+            hit = self.engine.get(key)  # integrity-checked against the engine's SHA-256 index
+            if hit is None:
+                return None
+            job.set_writer(lambda: CacheWriter(lambda p: self._engine_put(key, p)))
+            prepared = self.load(*hit, job)
+        except Exception as e:
+            log.info("%s: caching engine entry unusable: %s: %s", self.NAME, type(e).__name__, e)
+            return None
+        prepared.priority = job.priority  # the engine keys by content and preference, not priority
+        return prepared
+
+    def _engine_put(self, key: str, prepared: DriverPreparedModel) -> None:
+        """Store (or replace) the engine's entry; failing only means no entry."""
+        try:
+            self.engine.put(key, *self.save(prepared))
+        except Exception as e:
+            log.info("%s: caching engine put failed: %s: %s", self.NAME, type(e).__name__, e)
