@@ -120,7 +120,10 @@ def test_prune_removes_rejected_entries_only(tmp_path, devs):
     for test in tests:
         _compile(test.model, tmp_path)
     bad = next(e for e in list_cache(tmp_path, devices=devs) if _matches(tmp_path, e, tests[1]))
-    (tmp_path / (bad["name"] + "10")).write_bytes(b"garbage")
+    path = tmp_path / (bad["name"] + "10")
+    data = bytearray(path.read_bytes())
+    data[-3] ^= 0x40
+    path.write_bytes(bytes(data))
     (tmp_path / "keep.me").write_text("other files stay")
     result = prune_cache(tmp_path, devices=devs)
     assert [r["name"] for r in result["removed"]] == [bad["name"]]

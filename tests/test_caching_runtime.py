@@ -411,13 +411,30 @@ def test_rejected_cache_falls_back_and_rewrites(tmp_path):
     test = float_model()
     _outcome(test.model, tmp_path)
     (model_file,) = [p for p in tmp_path.iterdir() if p.name.endswith("10")]
-    model_file.write_bytes(model_file.read_bytes()[:-1])
+    data = bytearray(model_file.read_bytes())
+    data[-1] ^= 1
+    model_file.write_bytes(bytes(data))
     c = _outcome(test.model, tmp_path)
     assert c.cache_outcomes[0].outcome == "rejected" and "integrity" in c.cache_outcomes[0].reason
     np.testing.assert_allclose(_run(c, *test.inputs)[0], test.golden[0], atol=1e-4)
     c = _outcome(test.model, tmp_path)
     assert c.cache_outcomes[0].outcome == "hit"
     np.testing.assert_allclose(_run(c, *test.inputs)[0], test.golden[0], atol=1e-4)
+
+
+@pytest.mark.parametrize("cut", ["empty", "half", "last byte"])
+def test_a_cache_whose_write_did_not_finish_is_a_miss(tmp_path, cut):
+    """An empty or cut-short model cache (another compilation still writing it, or a writer killed
+    mid-write) is a miss, not a rejection; the compilation rewrites it."""
+    test = float_model()
+    _outcome(test.model, tmp_path)
+    (model_file,) = [p for p in tmp_path.iterdir() if p.name.endswith("10")]
+    data = model_file.read_bytes()
+    model_file.write_bytes({"empty": b"", "half": data[:len(data) // 2], "last byte": data[:-1]}[cut])
+    c = _outcome(test.model, tmp_path)
+    assert c.cache_outcomes[0].outcome == "miss" and "incomplete" in c.cache_outcomes[0].reason
+    np.testing.assert_allclose(_run(c, *test.inputs)[0], test.golden[0], atol=1e-4)
+    assert _outcome(test.model, tmp_path).cache_outcomes[0].outcome == "hit"
 
 
 def test_cache_outcome_reasons(tmp_path, add_relu):

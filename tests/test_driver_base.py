@@ -87,9 +87,10 @@ def test_async_execute_keeps_the_callers_identity_for_memory_domain_tokens(make)
     assert err.value.status == ErrorStatus.INVALID_ARGUMENT or got["status"] != ErrorStatus.NONE
 
 
-def test_preparation_that_cannot_finish_by_its_deadline_returns_at_it(make):
-    """A compile far longer than the deadline returns MISSED_DEADLINE_* at about the deadline."""
-    device = make()
+def test_preparation_that_cannot_finish_by_its_deadline_returns_at_it():
+    """A compile far longer than the deadline (xla: one native call of most of a second) returns
+    MISSED_DEADLINE_* at about the deadline. (The reference driver's preparation is planning only.)"""
+    device = DRIVERS["xla"]()
     model = add_chain(400, seed=1)
     deadline_ms = 20
     start = time.monotonic_ns()

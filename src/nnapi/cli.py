@@ -386,6 +386,12 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         for entry in result["removed"]:
             print(f"{'would remove' if args.dry_run else 'removed'} {entry.get('name')}: {entry.get('reason')}")
         print(f"{result['size_before']} -> {result['size_after']} bytes, {result['kept']} entries kept")
+        for reg in result["registry"]:
+            if "error" in reg:
+                print(f"{reg['driver']} integrity registry: unusable ({reg['error']})")
+            else:
+                print(f"{reg['driver']} integrity registry: {reg['rows']} rows kept, {reg['other_versions']} of "
+                      f"older driver versions and {reg['unused']} unused rows removed")
     else:
         table = Table(title=f"nnapi cache {args.action} {args.dir or args.engine}")
         columns = ["name", "kind", "size", "state"] + (["ok", "device", "reason"] if args.action == "verify" else [])

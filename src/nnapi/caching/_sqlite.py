@@ -1,10 +1,12 @@
 """Opening the caching databases safely when several processes create them at once."""
 from __future__ import annotations
 
+import contextlib
 import random
 import sqlite3
 import threading
 import time
+from typing import Iterator
 
 
 class ThreadConnections:
@@ -38,3 +40,15 @@ def _open(path: str, schema: str, attempts: int = 50) -> sqlite3.Connection:
                 raise
             time.sleep(0.005 + random.random() * 0.02)
     raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """One write transaction on an autocommit connection (BEGIN IMMEDIATE ... COMMIT, rolled back on error)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

@@ -1,15 +1,20 @@
 """Saving and loading one compilation's cache artifacts through the runtime's cache files.
 
-Layout: model-cache file 0 starts with an index (magic, format version, the length and xxh3-128
-of every data-cache blob); every model-cache file then holds its blob. The registry records the
-SHA-256 of all model-cache files together. Save: build blobs in memory -> hash -> record -> write
-(C10), the record and the writes under one exclusive lock. Load: copy every file into memory and
-read the record under a shared lock -> hash that copy -> check it against the record -> check the
-data blobs against the index -> hand back exactly the bytes that were checked.
+Layout: model-cache file 0 starts with an index (magic, format version, the length of every
+model-cache file, the length and xxh3-128 of every data-cache blob); every model-cache file then
+holds its blob. The registry records the SHA-256 of all model-cache files together.
+
+Save: build blobs in memory -> hash -> record -> write (C10), the record and the writes under one
+exclusive lock. Model-cache file 0 is emptied first and written last, so a writer killed half-way
+leaves a cache that reads as *incomplete* (a miss), never as a tampered one.
+Load: copy every file into memory and read the records under a shared lock -> check lengths against
+the index (shorter: incomplete) -> hash that copy -> check it against the token's verified digests
+-> check the data blobs against the index -> hand back exactly the bytes that were checked.
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import struct
 from typing import Sequence
 
@@ -19,12 +24,15 @@ from ..hal import CacheHandles, ErrorStatus, NnError
 from .files import check_fds, check_read_write, locked, read_file, write_file
 from .registry import IntegrityRegistry
 
-_MAGIC = b"NNAPICA1"
-_INDEX = struct.Struct("<8sII")      # magic, format version, number of data blobs
-_ENTRY = struct.Struct("<Q16s")      # data blob length, xxh3-128 digest
-FORMAT_VERSION = 1
+_MAGIC = b"NNAPICA2"
+_INDEX = struct.Struct("<8sIII")     # magic, format version, number of model files, number of data blobs
+_MODEL_ENTRY = struct.Struct("<Q")   # model file length
+_DATA_ENTRY = struct.Struct("<Q16s")  # data blob length, xxh3-128 digest
+FORMAT_VERSION = 2
 #: Largest cache file read back (guards against a file grown by an attacker).
 MAX_FILE_BYTES = 4 << 30
+#: How a load failure that means "not (completely) written" starts: a miss, not a rejection.
+INCOMPLETE = "cache incomplete"
 
 
 class CacheError(NnError):
@@ -33,6 +41,11 @@ class CacheError(NnError):
 
 def _fail(message: str) -> CacheError:
     return CacheError(ErrorStatus.GENERAL_FAILURE, message)
+
+
+def _incomplete(message: str) -> CacheError:
+    return CacheError(ErrorStatus.GENERAL_FAILURE, f"{INCOMPLETE}: {message} (not written yet, or its write "
+                                                   "was interrupted)")
 
 
 def check_counts(handles: CacheHandles, counts: tuple[int, int]) -> None:
@@ -51,31 +64,64 @@ def _model_digest(files: Sequence[bytes]) -> bytes:
     return h.digest()
 
 
+def _index_size(n_model: int, n_data: int) -> int:
+    return _INDEX.size + n_model * _MODEL_ENTRY.size + n_data * _DATA_ENTRY.size
+
+
 def encode(model_blobs: Sequence[bytes], data_blobs: Sequence[bytes]) -> list[bytes]:
-    """The content of every model-cache file (file 0 carries the data-cache index)."""
-    index = _INDEX.pack(_MAGIC, FORMAT_VERSION, len(data_blobs)) + b"".join(
-        _ENTRY.pack(len(d), xxhash.xxh3_128_digest(d)) for d in data_blobs)
-    files = [index + bytes(model_blobs[0])] if model_blobs else []
-    return files + [bytes(b) for b in model_blobs[1:]]
+    """The content of every model-cache file (file 0 carries the index of every file)."""
+    n_model, n_data = len(model_blobs), len(data_blobs)
+    lengths = [len(b) for b in model_blobs]
+    lengths[0] += _index_size(n_model, n_data)
+    index = (_INDEX.pack(_MAGIC, FORMAT_VERSION, n_model, n_data)
+             + b"".join(_MODEL_ENTRY.pack(n) for n in lengths)
+             + b"".join(_DATA_ENTRY.pack(len(d), xxhash.xxh3_128_digest(d)) for d in data_blobs))
+    return [index + bytes(model_blobs[0])] + [bytes(b) for b in model_blobs[1:]]
 
 
-def decode(model_files: Sequence[bytes], data_files: Sequence[bytes]) -> tuple[list[memoryview], list[memoryview]]:
-    """Split verified model-cache files back into blobs and check the data blobs against the index."""
-    first = memoryview(model_files[0])
+def _check_lengths(model_files: Sequence[memoryview], data_files: Sequence[memoryview]) -> list[tuple[int, bytes]]:
+    """Check every file's length against the index; returns the data entries (length, digest)."""
+    first = model_files[0]
+    if len(first) == 0:
+        raise _incomplete("model cache 0 is empty")
     if len(first) < _INDEX.size:
-        raise _fail("model cache is too short for its index")
-    magic, version, n_data = _INDEX.unpack_from(first)
+        raise _incomplete(f"model cache 0 holds {len(first)} bytes, less than its index")
+    magic, version, n_model, n_data = _INDEX.unpack_from(first)
     if magic != _MAGIC or version != FORMAT_VERSION:
-        raise _fail(f"model cache has format {magic!r} v{version}, expected {_MAGIC!r} v{FORMAT_VERSION}")
-    if n_data != len(data_files) or len(first) < _INDEX.size + n_data * _ENTRY.size:
-        raise _fail(f"model cache index lists {n_data} data files, {len(data_files)} were given")
-    data = []
+        raise _fail(f"model cache has format {bytes(magic)!r} v{version}, expected {_MAGIC!r} v{FORMAT_VERSION}")
+    if n_model != len(model_files) or n_data != len(data_files):
+        raise _fail(f"model cache index lists {n_model} model and {n_data} data files, "
+                    f"{len(model_files)} and {len(data_files)} were given")
+    if len(first) < _index_size(n_model, n_data):
+        raise _incomplete("model cache 0 ends inside its index")
+    pos = _INDEX.size
+    for i, content in enumerate(model_files):
+        (length,) = _MODEL_ENTRY.unpack_from(first, pos)
+        pos += _MODEL_ENTRY.size
+        if len(content) < length:
+            raise _incomplete(f"model cache {i} holds {len(content)} of its {length} bytes")
+        if len(content) > length:
+            raise _fail(f"model cache {i} holds {len(content)} bytes, {length} were saved (extra bytes)")
+    entries = []
     for i, content in enumerate(data_files):
-        length, digest = _ENTRY.unpack_from(first, _INDEX.size + i * _ENTRY.size)
+        length, digest = _DATA_ENTRY.unpack_from(first, pos)
+        pos += _DATA_ENTRY.size
+        if len(content) < length:
+            raise _incomplete(f"data cache {i} holds {len(content)} of its {length} bytes")
+        entries.append((length, digest))
+    return entries
+
+
+def decode(model_files: Sequence[memoryview], data_files: Sequence[memoryview],
+           entries: list[tuple[int, bytes]]) -> tuple[list[memoryview], list[memoryview]]:
+    """Split verified model-cache files back into blobs and check the data blobs against the index."""
+    data = []
+    for i, (content, (length, digest)) in enumerate(zip(data_files, entries)):
         if len(content) != length or xxhash.xxh3_128_digest(content) != digest:
             raise _fail(f"data cache {i} does not match what was saved (corrupted or replaced)")
         data.append(memoryview(content))
-    blobs = [first[_INDEX.size + n_data * _ENTRY.size:]] + [memoryview(f) for f in model_files[1:]]
+    first = memoryview(model_files[0])
+    blobs = [first[_index_size(len(model_files), len(data_files)):]] + [memoryview(f) for f in model_files[1:]]
     return blobs, data
 
 
@@ -91,11 +137,13 @@ def save_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
     digest = _model_digest(model_files)
     fds = (*handles.model_cache, *handles.data_cache)
     with locked(fds, exclusive=True):  # record and files change together for every reader
+        os.ftruncate(handles.model_cache[0], 0)  # emptied first, written last: a killed writer leaves "incomplete"
         registry.record(token, digest)
         for fd, content in zip(handles.data_cache, data_blobs):
             write_file(fd, content)
-        for fd, content in zip(handles.model_cache, model_files):
+        for fd, content in zip(handles.model_cache[1:], model_files[1:]):
             write_file(fd, content)
+        write_file(handles.model_cache[0], model_files[0])
 
 
 def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegistry,
@@ -114,8 +162,11 @@ def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
             expected = registry.lookup(token)
     except OSError as e:
         raise _fail(f"cache files cannot be read: {e}") from None
-    if expected is None:
+    entries = _check_lengths(model_files, data_files)
+    if not expected:
         raise _fail("no integrity record for this token: the cache was not written by this driver version")
-    if _model_digest(model_files) != expected:
+    digest = _model_digest(model_files)
+    if digest not in expected:
         raise _fail("model cache failed its integrity check (changed since this driver wrote it)")
-    return decode(model_files, data_files)
+    registry.touch(token, digest)
+    return decode(model_files, data_files, entries)

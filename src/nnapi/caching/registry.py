@@ -1,30 +1,45 @@
-"""The integrity registry: token -> SHA-256 of the model cache, persistent, per driver name and version.
+"""The integrity registry: token -> SHA-256 digests of the model cache, persistent, per driver name and version.
 
 It lives in SQLite in the driver's private state directory (`NNAPI_STATE_DIR`, default
-`$XDG_STATE_HOME/nnapi` or `~/.local/state/nnapi`). Rows are keyed by (driver, version, token),
-so a new driver version starts with an empty view and never trusts caches written by an older one (C9).
+`$XDG_STATE_HOME/nnapi` or `~/.local/state/nnapi`). Rows are keyed by (driver, version, token, digest),
+so a new driver version starts with an empty view and never trusts caches an older one wrote (C9).
+
+A token may have several verified digests (at most `MAX_DIGESTS_PER_TOKEN`, the least recently used
+dropped first): a compiler whose output bytes differ between compiles (XLA) writes copies of one model
+in two cache directories, or in the app cache and the caching engine, and each copy keeps hitting.
+The registry stays bounded: at most `MAX_ROWS` rows per driver version (least recently used first),
+and `prune` drops the rows of other driver versions and rows unused for `max_age_s`.
 """
 from __future__ import annotations
 
 import os
 import sqlite3
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from ._sqlite import ThreadConnections
+from ._sqlite import ThreadConnections, transaction
+
+#: Verified digests kept per token.
+MAX_DIGESTS_PER_TOKEN = 4
+#: Rows kept per driver name and version.
+MAX_ROWS = 20_000
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS integrity (
+CREATE TABLE IF NOT EXISTS digests (
     driver TEXT NOT NULL,
     version TEXT NOT NULL,
     token BLOB NOT NULL,
     digest BLOB NOT NULL,
-    PRIMARY KEY (driver, version, token)
+    last_used REAL NOT NULL,
+    PRIMARY KEY (driver, version, token, digest)
 )
 """
 
 
 def state_dir() -> Path:
-    """The drivers' private state directory (created on first use)."""
+    """The drivers' private state directory, created 0700 on first use. OSError when it cannot be
+    used (a regular file in its place, no permission): callers turn caching off, never the device."""
     env = os.environ.get("NNAPI_STATE_DIR")
     if env:
         path = Path(env)
@@ -32,7 +47,18 @@ def state_dir() -> Path:
         base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
         path = Path(base) / "nnapi"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.is_dir():
+        raise NotADirectoryError(f"state directory {path} is not a directory")
     return path
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """What `IntegrityRegistry.prune` removed: rows of other driver versions, stale rows, rows kept."""
+
+    other_versions: int
+    unused: int
+    kept: int
 
 
 class IntegrityRegistry:
@@ -53,15 +79,53 @@ class IntegrityRegistry:
         return self._connections.get(str(self.path))
 
     def record(self, token: bytes, digest: bytes) -> None:
-        """Remember that the model cache saved for `token` hashes to `digest` (replacing any older one)."""
-        self._conn().execute("INSERT OR REPLACE INTO integrity VALUES (?, ?, ?, ?)",
-                             (self.driver, self.version, bytes(token), bytes(digest)))
+        """Remember that a model cache saved for `token` hashes to `digest` (keeping the token's most
+        recently used other digests, up to MAX_DIGESTS_PER_TOKEN in all)."""
+        conn = self._conn()
+        key = (self.driver, self.version, bytes(token))
+        with transaction(conn):
+            conn.execute("INSERT OR REPLACE INTO digests VALUES (?, ?, ?, ?, ?)", (*key, bytes(digest), time.time()))
+            conn.execute("DELETE FROM digests WHERE driver = ? AND version = ? AND token = ? AND digest NOT IN "
+                         "(SELECT digest FROM digests WHERE driver = ? AND version = ? AND token = ? "
+                         "ORDER BY last_used DESC LIMIT ?)", (*key, *key, MAX_DIGESTS_PER_TOKEN))
+            conn.execute("DELETE FROM digests WHERE driver = ? AND version = ? AND rowid NOT IN (SELECT rowid FROM "
+                         "digests WHERE driver = ? AND version = ? ORDER BY last_used DESC LIMIT ?)",
+                         (self.driver, self.version, self.driver, self.version, MAX_ROWS))
 
-    def lookup(self, token: bytes) -> bytes | None:
-        row = self._conn().execute("SELECT digest FROM integrity WHERE driver = ? AND version = ? AND token = ?",
-                                   (self.driver, self.version, bytes(token))).fetchone()
-        return None if row is None else bytes(row[0])
+    def lookup(self, token: bytes) -> set[bytes]:
+        """Every verified digest of `token` (empty: nothing was saved for it by this driver version)."""
+        rows = self._conn().execute("SELECT digest FROM digests WHERE driver = ? AND version = ? AND token = ?",
+                                    (self.driver, self.version, bytes(token))).fetchall()
+        return {bytes(r[0]) for r in rows}
+
+    def touch(self, token: bytes, digest: bytes) -> None:
+        """Mark a digest used now (a hit), so it is the last to be dropped."""
+        try:
+            self._conn().execute("UPDATE digests SET last_used = ? WHERE driver = ? AND version = ? AND token = ? "
+                                 "AND digest = ?", (time.time(), self.driver, self.version, bytes(token),
+                                                    bytes(digest)))
+        except sqlite3.Error:  # only the eviction order suffers
+            pass
 
     def forget(self, token: bytes) -> None:
-        self._conn().execute("DELETE FROM integrity WHERE driver = ? AND version = ? AND token = ?",
+        self._conn().execute("DELETE FROM digests WHERE driver = ? AND version = ? AND token = ?",
                              (self.driver, self.version, bytes(token)))
+
+    def prune(self, max_age_s: float | None = None) -> PruneReport:
+        """Drop this driver's rows of other versions and, with `max_age_s`, rows unused for longer."""
+        conn = self._conn()
+        with transaction(conn):
+            other = conn.execute("DELETE FROM digests WHERE driver = ? AND version != ?",
+                                 (self.driver, self.version)).rowcount
+            unused = 0
+            if max_age_s is not None:
+                unused = conn.execute("DELETE FROM digests WHERE driver = ? AND version = ? AND last_used < ?",
+                                      (self.driver, self.version, time.time() - max_age_s)).rowcount
+            kept = conn.execute("SELECT COUNT(*) FROM digests WHERE driver = ? AND version = ?",
+                                (self.driver, self.version)).fetchone()[0]
+        return PruneReport(other, unused, kept)
+
+    def rows(self) -> int:
+        """Rows of this driver version."""
+        return self._conn().execute("SELECT COUNT(*) FROM digests WHERE driver = ? AND version = ?",
+                                    (self.driver, self.version)).fetchone()[0]

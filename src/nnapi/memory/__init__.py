@@ -5,9 +5,10 @@ from .hardware_buffer import (HardwareBuffer, HardwareBufferDesc, HardwareBuffer
                               MappedImage, can_map, decode_hardware_buffer, is_hardware_buffer,
                               map_hardware_buffer, mappable_constant_flags)
 from .pools import (MappedPool, allocate_ashmem, close_handle, dup_handle, is_sealed, map_handle, map_pool,
-                    mmap_fd_handle, seal_handle)
+                    max_tensor_bytes, mmap_fd_handle, physical_memory_bytes,
+                    seal_handle)
 
 __all__ = ["HardwareBuffer", "HardwareBufferDesc", "HardwareBufferFormat", "HardwareBufferUsage", "MappedImage",
            "MappedPool", "allocate_ashmem", "can_map", "close_handle", "decode_hardware_buffer", "dup_handle",
            "is_hardware_buffer", "is_sealed", "map_handle", "map_hardware_buffer", "map_pool", "mappable_constant_flags",
-           "mmap_fd_handle", "seal_handle"]
+           "max_tensor_bytes", "mmap_fd_handle", "physical_memory_bytes", "seal_handle"]

@@ -18,6 +18,20 @@ from ..hal import ErrorStatus, MemoryHandle, MemoryPool, NnError
 PROT_READ, PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
 
 
+def physical_memory_bytes() -> int:
+    """This machine's memory (no allocation can be larger), or 1 TiB when the system does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 40
+
+
+def max_tensor_bytes() -> int:
+    """The largest single tensor anything here allocates by default: a quarter of the machine's memory
+    (a kernel may need a few times its output while computing it, and other work needs room too)."""
+    return physical_memory_bytes() // 4
+
+
 def allocate_ashmem(size: int, name: str = "nnapi") -> MemoryHandle:
     """New anonymous shared memory of `size` bytes (a memfd, sealable with `seal_handle`), zero-filled."""
     if size <= 0:

@@ -24,7 +24,7 @@ def wait_fences(fences: Sequence[int], deadline: int | None) -> None:
     for fd in fences:
         if not isinstance(fd, int) or fd < 0:
             raise NnError(ErrorStatus.INVALID_ARGUMENT, f"wait_for holds an invalid sync fence {fd!r}")
-        timeout_ms = None if deadline is None else max(0, -((time.monotonic_ns() - deadline) // 1_000_000))
+        timeout_ms = None if deadline is None else min(2**31 - 1, max(0, -((time.monotonic_ns() - deadline) // 1_000_000)))
         poller = select.poll()  # poll, not select: any fd number (select stops at FD_SETSIZE, 1024)
         try:
             poller.register(fd, select.POLLIN)

@@ -363,7 +363,7 @@ class Scheduler:
         while not ticket._grant.is_set():
             # What it still needs at least: its bound less what it already ran (when preempted).
             give_up = None if ticket.deadline is None else ticket.deadline - max(0, ticket.lower_ns - ticket.run_ns)
-            timeout = None if give_up is None else max(0.0, (give_up - self.clock()) / 1e9)
+            timeout = None if give_up is None else min(threading.TIMEOUT_MAX, max(0.0, (give_up - self.clock()) / 1e9))
             if ticket._grant.wait(timeout):
                 return
             with self._lock:

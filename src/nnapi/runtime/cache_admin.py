@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import sqlite3
 import time
 from pathlib import Path
 from typing import Sequence
@@ -98,7 +99,33 @@ def prune_cache(directory: str | os.PathLike | None = None, *, engine: str | Non
     removed_dirs = [] if dry_run else _remove_stale_engine_dirs({s for s, _ in checked}, kept)
     return {"removed": removed, "kept": len(kept), "size_before": size_before,
             "size_after": sum(e["size"] for _, e in kept), "max_size": max_size,
-            "removed_directories": removed_dirs, "dry_run": dry_run}
+            "removed_directories": removed_dirs, "registry": _prune_registries(devices, dry_run),
+            "dry_run": dry_run}
+
+
+#: Integrity-registry rows unused this long are dropped by `prune` (their caches are surely gone or stale).
+REGISTRY_MAX_AGE_S = 90 * 24 * 3600
+
+
+def _prune_registries(devices: Sequence[Device] | None, dry_run: bool) -> list[dict]:
+    """Each in-process driver's integrity registry: rows of other driver versions and rows unused for
+    REGISTRY_MAX_AGE_S go (a served driver's registry is its service's, out of the app's reach)."""
+    reports = []
+    for d in (all_devices() if devices is None else devices):
+        registry = getattr(d.driver, "registry", None)
+        if registry is None or not hasattr(registry, "prune"):
+            continue
+        try:
+            if dry_run:
+                reports.append({"driver": d.name, "rows": registry.rows(), "other_versions": 0, "unused": 0})
+                continue
+            report = registry.prune(REGISTRY_MAX_AGE_S)
+        except (OSError, sqlite3.Error) as e:
+            reports.append({"driver": d.name, "error": str(e)})
+            continue
+        reports.append({"driver": d.name, "rows": report.kept, "other_versions": report.other_versions,
+                        "unused": report.unused})
+    return reports
 
 
 def is_engine_directory(path: str | os.PathLike) -> bool:

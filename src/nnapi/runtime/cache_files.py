@@ -6,15 +6,17 @@ content, so an app that reuses a token for a changed model gets a miss, never a 
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import stat
 import struct
 import time
 
-import xxhash
 from dataclasses import dataclass
 
 from .. import hal
+from ..caching import model_fingerprint
 from ..hal import BYTE_SIZE_OF_CACHE_TOKEN, CacheHandles
 
 
@@ -33,15 +35,7 @@ NDK_PRIORITY = {0: 90, 1: 100, 2: 110}
 
 def content_fingerprint(model: hal.Model) -> bytes:
     """A fast (xxh3-128) hash of the partition's structure and constant values, not of pool handles."""
-    from ..hal.serialize import model_to_bytes
-    h = xxhash.xxh3_128()
-    stripped = hal.Model(model.main, model.referenced, model.operand_values, [],
-                         model.relax_computation_float32_to_float16)
-    h.update(model_to_bytes(stripped))
-    from ..memory import map_pool
-    for pool in model.pools:
-        h.update(map_pool(pool).buffer)
-    return h.digest()
+    return model_fingerprint(model)
 
 
 def device_token(app_token: bytes, operations: list[int] | None, device_name: str, device_version: str,
@@ -80,13 +74,52 @@ def cache_paths(cache_dir: str, token: bytes, counts: tuple[int, int]) -> tuple[
     return ([f"{base}1{i}" for i in range(counts[0])], [f"{base}2{i}" for i in range(counts[1])])
 
 
+def _open_regular(path: str, create: bool) -> int:
+    """Open one cache file read-write without following a link (C8), only if it is a regular file.
+
+    With `create`, a missing file is created, and an entry that is not a regular file (a planted
+    symlink, a fifo) is replaced by a new empty file: the entry is ours, whatever it points at is not
+    touched. OSError when the file cannot be used."""
+    flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
+    for _ in range(3):
+        try:
+            fd = os.open(path, flags)
+        except FileNotFoundError:
+            if not create:
+                raise
+            try:
+                return _exclusive(path)
+            except FileExistsError:  # another compilation created it first: open that one
+                continue
+        except OSError as e:
+            if not create or e.errno not in (errno.ELOOP, errno.ENXIO):
+                raise
+            if stat.S_ISDIR(os.lstat(path).st_mode):
+                raise
+            os.unlink(path)  # a link or a special file named like our cache file
+            continue
+        st = os.fstat(fd)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+            os.set_blocking(fd, True)
+            return fd
+        os.close(fd)  # not a regular file, or a hard link to some other file: not ours to write
+        if not create:
+            raise OSError(errno.EINVAL, f"{path} is not a regular file of its own")
+        os.unlink(path)
+    raise OSError(errno.EAGAIN, f"{path} keeps changing")
+
+
+def _exclusive(path: str) -> int:
+    return os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_CREAT | os.O_EXCL, 0o600)
+
+
 def open_cache_files(paths: tuple[list[str], list[str]], create: bool) -> CacheHandles | None:
-    """Open every cache file read-write (C8); None if any is missing (hit path) or cannot be created."""
-    flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+    """Open every cache file read-write (C8), never through a link and only regular files; None if any is
+    missing (hit path) or cannot be created or used (then the compilation runs without its cache)."""
     fds: list[int] = []
     try:
         for path in (*paths[0], *paths[1]):
-            fds.append(os.open(path, flags, 0o600))
+            fds.append(_open_regular(path, create))
     except OSError:
         for fd in fds:
             os.close(fd)

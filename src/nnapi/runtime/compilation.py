@@ -7,6 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..caching.artifacts import INCOMPLETE
 from ..hal import (BYTE_SIZE_OF_CACHE_TOKEN, NO_DEADLINE, ErrorStatus, ExecutionPreference, NnError, Priority,
                    ResultCode)
 from .cache_files import (CacheOutcome, cache_paths, close_cache_files, content_fingerprint, device_token,
@@ -28,9 +29,9 @@ def timeout_ns(seconds: float | None, what: str) -> int | None:
         return None
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
         raise NnError(ResultCode.BAD_DATA, f"{what}: invalid timeout {seconds!r} (seconds, >= 0)")
-    if seconds == 0 or seconds == float("inf"):
+    if seconds == 0 or seconds >= NO_DEADLINE / 1e9:  # none, or beyond any clock: none (never overflows)
         return None
-    return min(int(seconds * 1e9), NO_DEADLINE)
+    return int(seconds * 1e9)
 
 
 def deadline_after(ns: int | None) -> int | None:
@@ -169,7 +170,8 @@ class Compilation:
                                                  token if handles is not None else None)
         finally:
             close_cache_files(handles)
-        outcome = "rejected" if reason.startswith("rejected") else "miss"
+        # A cache another compilation has not finished writing (or whose write was killed) is a miss.
+        outcome = "rejected" if reason.startswith("rejected") and INCOMPLETE not in reason else "miss"
         step.cache = CacheOutcome(device.name, outcome, reason if handles is not None
                                   else f"{reason}; cache files could not be created")
 

@@ -19,6 +19,7 @@ import numpy as np
 from .. import hal
 from ..hal import (DataLocation, ErrorStatus, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, MeasureTiming,
                    MemoryPool, NnError, OutputShape, Request, RequestArgument, ResultCode, Timing)
+from ..memory import max_tensor_bytes
 from ..ops import numpy_dtype
 from .compilation import Compilation, deadline_after, timeout_ns
 from .memory import Memory
@@ -263,7 +264,8 @@ class Execution:
         self._check_settable("set_loop_timeout")
         if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
             raise NnError(ResultCode.BAD_DATA, f"Execution.set_loop_timeout: invalid timeout {seconds!r}")
-        self._loop_timeout_ns = int(min(seconds * 1e9, LOOP_TIMEOUT_MAXIMUM_NS))
+        self._loop_timeout_ns = LOOP_TIMEOUT_MAXIMUM_NS if seconds >= LOOP_TIMEOUT_MAXIMUM_NS / 1e9 else int(
+            seconds * 1e9)
 
     # --- running ----------------------------------------------------------------------------------
     def compute(self, timeout: float | None = None) -> None:
@@ -466,7 +468,7 @@ class Execution:
                 operand = self._main.operands[index]
                 dt = numpy_dtype(operand.type)
                 shape = () if operand.type.is_scalar else (sizes[k] if sizes[k] is not None else (1,))
-                buf = np.zeros(max(math.prod(shape), 1) if shape else 1, dt)
+                buf = _output_buffer(k, shape, dt)
                 outs.append(buf)
                 ex.set_output(k, buf)
             try:
@@ -482,3 +484,19 @@ class Execution:
                 result.append(buf[:math.prod(dims)].reshape(dims) if dims else buf[:1].reshape(()))
             return result
         raise NnError(ErrorStatus.GENERAL_FAILURE, "Execution.run: output sizes kept growing")
+
+
+def _output_buffer(k: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """A zeroed buffer for output `k` of `shape`: RESOURCE_EXHAUSTED_PERSISTENT before allocating a tensor
+    larger than `memory.max_tensor_bytes()`, GENERAL_FAILURE when the allocation itself fails."""
+    count = max(math.prod(shape), 1) if shape else 1
+    nbytes = count * np.dtype(dtype).itemsize
+    if nbytes > max_tensor_bytes():
+        raise NnError(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+                      f"output {k} of shape {list(shape)} needs {nbytes} bytes, more than the largest tensor "
+                      f"this machine allows ({max_tensor_bytes()} bytes)")
+    try:
+        return np.zeros(count, dtype)
+    except MemoryError:
+        raise NnError(ErrorStatus.GENERAL_FAILURE, f"output {k} of shape {list(shape)}: cannot allocate "
+                                                   f"{nbytes} bytes") from None

@@ -2,9 +2,9 @@
 its cache format (see `device` and `prepared`). Drivers subclass `DriverDevice` and
 `DriverPreparedModel`; a third-party driver may too, or implement `nnapi.hal.IDevice` directly."""
 from .binding import Binding, loop_timeout, region_length
-from .device import CacheWriter, CompileJob, DriverDevice, env_flag, env_int, physical_memory_bytes
+from .device import CacheWriter, CompileJob, DriverDevice, env_flag, env_int
 from .prepared import DriverBurst, DriverPreparedModel, client_uid, shared_scheduler
 
 __all__ = ["Binding", "CacheWriter", "CompileJob", "DriverBurst", "DriverDevice", "DriverPreparedModel",
-           "client_uid", "env_flag", "env_int", "loop_timeout", "physical_memory_bytes", "region_length",
+           "client_uid", "env_flag", "env_int", "loop_timeout", "region_length",
            "shared_scheduler"]

@@ -20,10 +20,11 @@ import threading
 import time
 from typing import Callable, ClassVar
 
-from ...caching import CachingEngine, IntegrityRegistry, load_artifacts, model_fingerprint, save_artifacts
+from ...caching import (CachingEngine, IntegrityRegistry, load_artifacts, model_fingerprint, save_artifacts,
+                        state_dir)
 from ...hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId, DeviceInfo, DeviceType,
                     ErrorStatus, ExecutionPreference, IDevice, Model, NnError, Priority)
-from ...memory import mappable_constant_flags
+from ...memory import mappable_constant_flags, max_tensor_bytes
 from ...memory.domains import DriverDomain
 from ...qos import Scheduler, estimate_peak_bytes, normalize_deadline
 from ...validation import validate_model, validate_preference, validate_priority
@@ -41,14 +42,6 @@ def env_int(name: str) -> int | None:
     """A non-negative integer from the environment, None when unset or not a number."""
     value = os.environ.get(name, "").strip()
     return int(value) if value.isdigit() else None
-
-
-def physical_memory_bytes() -> int:
-    """This machine's memory (the bound of any allocation), or 1 TiB when the system does not say."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 1 << 40
 
 
 class CompileJob:
@@ -165,6 +158,7 @@ class DriverDevice(IDevice):
         self._registry: IntegrityRegistry | None = None
         self._engine: CachingEngine | None = None
         self._capabilities: Capabilities | None = None
+        self._warned_state = False
 
     # --- what a driver fills in ---------------------------------------------------------------------
     def driver_version(self) -> str:
@@ -238,8 +232,9 @@ class DriverDevice(IDevice):
         return self.shared_domain()
 
     def tensor_limit_bytes(self) -> int:
-        """The most bytes one tensor computed at run time may take: the memory limit, else 3/4 of RAM."""
-        return self.memory_limit_bytes if self.memory_limit_bytes is not None else physical_memory_bytes() * 3 // 4
+        """The most bytes one tensor computed at run time may take: the memory limit, else
+        `memory.max_tensor_bytes()` (a quarter of the machine's memory)."""
+        return self.memory_limit_bytes if self.memory_limit_bytes is not None else max_tensor_bytes()
 
     # --- IDevice -------------------------------------------------------------------------------------
     def get_info(self) -> DeviceInfo:
@@ -353,7 +348,7 @@ class DriverDevice(IDevice):
             thread = threading.Thread(target=work, daemon=True, name=f"nnapi-{self.NAME}-prepare")
             started = time.monotonic_ns()
             thread.start()
-            thread.join(max(0.0, (job.deadline - time.monotonic_ns()) / 1e9))
+            thread.join(min(threading.TIMEOUT_MAX, max(0.0, (job.deadline - time.monotonic_ns()) / 1e9)))
             if thread.is_alive():
                 job.abort()
                 raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
@@ -368,7 +363,7 @@ class DriverDevice(IDevice):
     def _compile(self, job: CompileJob, handles: CacheHandles | None, token: bytes | None) -> DriverPreparedModel:
         """Compile, through the caching engine when there is no cache information, and write the cache."""
         engine_key = None
-        if handles is None and self.engine is not None:
+        if handles is None and self._use_engine and self._state_usable():
             engine_key = self._engine_key(job.model, job.preference)
             prepared = self._engine_get(engine_key, job)
             if prepared is not None:
@@ -383,14 +378,30 @@ class DriverDevice(IDevice):
             self._engine_put(engine_key, prepared)
         return prepared
 
+    def _state_usable(self) -> bool:
+        """Whether the state directory (integrity registry, engine) can be used; when it cannot, caching
+        is off with one warning, and the device keeps working."""
+        try:
+            state_dir()
+            return True
+        except OSError as e:
+            if not self._warned_state:
+                self._warned_state = True
+                log.warning("%s: state directory unusable (%s): compilation caching is off", self.NAME, e)
+            return False
+
     def _save(self, handles: CacheHandles, token: bytes, prepared: DriverPreparedModel) -> None:
         """Write the cache (record and files under one exclusive lock); failing only means no cache."""
+        if not self._state_usable():
+            return
         try:
             save_artifacts(handles, token, self.registry, self.CACHE_FILES, *self.save(prepared))
         except Exception as e:  # e.g. unwritable files, an unusable state directory, an unserializable program
             log.info("%s: compilation not cached: %s: %s", self.NAME, type(e).__name__, e)
 
     def _load_cache(self, job: CompileJob, handles: CacheHandles, token: bytes) -> DriverPreparedModel:
+        if not self._state_usable():
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"{self.NAME}: caching is off (no usable state directory)")
         try:
             model_blobs, data_blobs = load_artifacts(handles, token, self.registry, self.CACHE_FILES)
         except NnError:

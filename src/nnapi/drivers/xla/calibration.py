@@ -125,8 +125,10 @@ def _path(device) -> str:
 
 
 def load_or_measure(device) -> dict:
-    path = _path(device)
+    """The stored calibration of this driver version and backend, else a new one (stored when the
+    state directory is usable)."""
     try:
+        path = _path(device)
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
         if all(data.get(k, {}).get("ratio", 0) > 0 for k in ("float32", "float16")):
@@ -134,6 +136,10 @@ def load_or_measure(device) -> dict:
     except (OSError, ValueError, AttributeError):
         pass
     data = measure(device)
+    try:
+        path = _path(device)
+    except OSError:
+        return data
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as f:

@@ -42,7 +42,7 @@ class ClaimMemo:
         try:
             row = self._conn().execute("SELECT flags FROM claims WHERE version = ? AND fingerprint = ?",
                                        (self.version, fingerprint)).fetchone()
-        except sqlite3.Error:
+        except (sqlite3.Error, OSError):  # no usable state directory: nothing remembered
             return None
         if row is None or any(b not in (0, 1) for b in bytes(row[0])):
             return None
@@ -56,5 +56,5 @@ class ClaimMemo:
             conn.execute("DELETE FROM claims WHERE version = ? AND fingerprint NOT IN (SELECT fingerprint FROM "
                          "claims WHERE version = ? ORDER BY last_used DESC LIMIT ?)",
                          (self.version, self.version, MAX_ROWS))
-        except sqlite3.Error:  # only a lost shortcut
+        except (sqlite3.Error, OSError):  # only a lost shortcut
             pass
