@@ -243,3 +243,19 @@ def test_nnapi_cache_prune_reports_the_registry(tmp_path, monkeypatch):
                          text=True, env=dict(os.environ), timeout=120)
     assert out.returncode == 0, out.stderr
     assert "reference integrity registry: 1 rows kept" in out.stdout
+
+
+def test_the_caching_engine_never_follows_a_link(tmp_path):
+    from nnapi.caching import CachingEngine
+    engine = CachingEngine("reference", "test", root=tmp_path / "engine")
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    key = CachingEngine.key_for(b"model")
+    engine.put(key, [b"m" * 10], [b"d" * 10])
+    path = engine.root / f"{key}.entry"
+    path.unlink()
+    path.symlink_to(victim)
+    assert engine.get(key) is None                     # not read through the link: a miss
+    engine.put(key, [b"m" * 10], [b"d" * 10])          # replaces the link, not its target
+    assert victim.read_bytes() == b"precious" and not path.is_symlink()
+    assert engine.get(key) is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import stat
 import struct
 import threading
 import time
@@ -86,9 +87,10 @@ class CachingEngine:
         digest = hashlib.sha256(body).digest()
         path = self._path(key)
         tmp = path.with_suffix(f".tmp{os.getpid()}.{threading.get_ident()}")
-        with open(tmp, "wb") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as f:
             f.write(body)
-        os.replace(tmp, path)
+        os.replace(tmp, path)  # replaces the entry (a link in its place included), never a link's target
         self._conn().execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?)",
                              (key, digest, len(body), time.time()))
         self.stats["puts"] += 1
@@ -101,7 +103,7 @@ class CachingEngine:
             self.stats["misses"] += 1
             return None
         try:
-            body = self._path(key).read_bytes()
+            body = _read_entry(self._path(key))
         except OSError:
             body = None
         parsed = None if body is None or hashlib.sha256(body).digest() != bytes(row[0]) else _parse(body)
@@ -124,7 +126,7 @@ class CachingEngine:
         result: dict[str, str | None] = {}
         for key, digest in self._conn().execute("SELECT key, digest FROM entries").fetchall():
             try:
-                body = self._path(key).read_bytes()
+                body = _read_entry(self._path(key))
             except OSError as e:
                 result[key] = f"unreadable: {e.strerror}"
                 continue
@@ -180,3 +182,12 @@ def _parse(body: bytes) -> tuple[list[memoryview], list[memoryview]] | None:
         blobs.append(view[pos:pos + n])
         pos += n
     return blobs[:n_model], blobs[n_model:]
+
+
+def _read_entry(path: Path) -> bytes:
+    """An entry file's bytes, never through a link and only from a regular file (OSError otherwise)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return f.read()

@@ -289,14 +289,14 @@ def _verify_app(path: Path, entry: dict, devs: Sequence[Device]) -> tuple[bool, 
     times = []
     for f in files:
         try:
-            st = f.stat()
+            st = f.lstat()
             times.append((f, st.st_atime_ns, st.st_mtime_ns))
         except OSError:
             pass
     fds: list[int] = []
     try:
         for f in files:   # read-write, as the runtime opens them (C8); never created
-            fds.append(os.open(f, os.O_RDWR | os.O_CLOEXEC))
+            fds.append(os.open(f, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW))
     except OSError as e:
         for fd in fds:
             os.close(fd)
