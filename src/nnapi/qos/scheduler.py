@@ -243,12 +243,22 @@ class Scheduler:
                     raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
                                   f"{label}: the work ahead of it takes at least {_ms(wait)} and it needs "
                                   f"{_ms(lower)}, only {_ms(deadline - now)} left before the deadline")
+            self.counters["admitted"] += 1
+            if not self._running and not self._queued:
+                # Nothing running or waiting: granted at once (no queue to order, no flag to change).
+                app.last_grant = next(self._grants)
+                app.running.append(ticket)
+                self._running.append(ticket)
+                self._free -= 1
+                ticket.state = RUNNING
+                ticket._segment_start = now
+                ticket._grant.set()
+                return ticket
             if not app.queued and not app.running:
                 active = [a.vtime for a in self._apps.values() if a is not app and (a.queued or a.running)]
                 if active:
                     app.vtime = max(app.vtime, min(active))
             self._enqueue(ticket)
-            self.counters["admitted"] += 1
             self._dispatch(now)
             self._update_flags()
         return ticket
@@ -409,8 +419,9 @@ class Scheduler:
                 self.counters["completed"] += 1
             elif outcome == "missed":
                 self.counters["aborted"] += 1
-            self._dispatch(now)
-            self._update_flags()
+            if self._running or self._queued:  # else nothing to grant and no flag to change
+                self._dispatch(now)
+                self._update_flags()
         if outcome == "ok" and ticket.stats is not None:
             ticket.stats.record(ticket.run_ns)
 

@@ -457,8 +457,9 @@ class Execution:
         for k, index in enumerate(self._main.output_indexes):
             operand = self._main.operands[index]
             sizes.append(operand.dimensions if operand.is_fully_specified else None)
-        for _ in range(_MAX_RETRIES):
-            ex = Execution(self.compilation)
+        fresh = not self._started and all(a is None for a in (*self._inputs, *self._outputs))
+        for attempt in range(_MAX_RETRIES):
+            ex = self if attempt == 0 and fresh else Execution(self.compilation)
             if timeout:
                 ex.set_timeout(timeout)
             for k, x in enumerate(inputs):

@@ -14,7 +14,7 @@ _PROT_BITS = mmap.PROT_READ | mmap.PROT_WRITE
 
 def is_int(value: Any) -> bool:
     """True for integers (Python or numpy), excluding bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
 def check_pool(pool: Any, label: str, *, request: bool) -> int:

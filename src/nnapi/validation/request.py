@@ -34,9 +34,39 @@ def _validate(request: Request, model: Model, allow_unspecified_output: bool) ->
                                 ("output", request.outputs, main.output_indexes)):
         if len(args) != len(indexes):
             raise invalid(f"request has {len(args)} {kind}s but the model has {len(indexes)}")
+        output = kind == "output"
         for k, (arg, index) in enumerate(zip(args, indexes)):
-            _check_argument(f"request {kind} {k}", arg, main.operands[index], index, request.pools, sizes,
-                            output=kind == "output", allow_unspecified=allow_unspecified_output)
+            operand = main.operands[index]
+            if _plain(arg, operand, sizes, output):
+                continue
+            _check_argument(f"request {kind} {k}", arg, operand, index, request.pools, sizes,
+                            output=output, allow_unspecified=allow_unspecified_output)
+
+
+def _plain(arg: Any, operand: Operand, sizes: Sequence[int], output: bool) -> bool:
+    """The common case, checked fast: a tensor argument of a fully specified operand, given without
+    dimensions, in the bounds of a mappable pool with exactly the operand's length (outputs: at
+    least). False sends the argument through the full checks (which name any fault)."""
+    if type(arg) is not RequestArgument or arg.has_no_value or arg.dimensions:
+        return False
+    loc = arg.location
+    if type(loc) is not DataLocation:
+        return False
+    pool, offset, length = loc.pool_index, loc.offset, loc.length
+    if not (type(pool) is int and type(offset) is int and type(length) is int
+            and 0 <= pool < len(sizes) and offset >= 0 and length > 0 and offset + length <= sizes[pool]):
+        return False
+    dims = operand.dimensions
+    if output or not dims or 0 in dims or operand.type.is_scalar:
+        return False
+    return length == operand.type.element_size * _prod(dims)
+
+
+def _prod(dims: Sequence[int]) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
 
 
 def _check_argument(label: str, arg: Any, operand: Operand, index: int, pools: Sequence[MemoryPool],
