@@ -146,7 +146,8 @@ def test_second_compilation_hits_the_cache(tmp_path, add_relu):
     first = nnapi.Compilation(add_relu, cache_dir=tmp_path, token=token).finish()
     assert [o.outcome for o in first.cache_outcomes] == ["miss"]
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert len(names) == 2 and names[0].endswith("10") and names[1].endswith("20")   # model 0, data 0
+    n_model, n_data = first.steps[0].device.cache_files   # model files end 1<i>, data files 2<i>
+    assert [n[-2:] for n in names] == [f"1{i}" for i in range(n_model)] + [f"2{i}" for i in range(n_data)], names
     second = nnapi.Compilation(add_relu, cache_dir=tmp_path, token=token).finish()
     assert [o.outcome for o in second.cache_outcomes] == ["hit"]
     x = np.array([1, -2, 3, -4], np.float32)
