@@ -1,10 +1,14 @@
-"""The partitioner: the best device for each operation, grouped into steps (Android's ExecutionPlan).
+"""The partitioner: which device runs each operation, grouped into steps (Android's ExecutionPlan).
 
-Each operation goes to the supporting device with the lowest reported cost for its input-0
-operand type (power for LOW_POWER, time otherwise); ties go to the reference device. When every
-operation lands on one device the plan is one step holding the whole model; otherwise ready
-operations are drained device by device into steps, and each step becomes a model of its own
-whose boundary temporaries are step inputs and outputs.
+Each operation costs, on a device that supports it, the device's reported ratio to the CPU
+reference for its input-0 operand type (power for LOW_POWER, time otherwise) times an estimate of
+its work (a fixed cost per operation plus its elements and multiply-accumulates). A partition
+boundary costs too: one more launch and the tensors crossing it. The plan is the cheapest of
+(a) each operation on its cheapest device, then runs of operations moved to a neighbouring
+device wherever the move saves more than it costs, so a single cheap operation never splits a
+graph, and (b) the whole model on each single device that supports all of it. Ties go to the
+reference device. Ready operations are then drained device by device into steps, and each step
+becomes a model of its own whose boundary temporaries are step inputs and outputs.
 """
 from __future__ import annotations
 
@@ -62,24 +66,97 @@ def supported_by(devices: list[Device], model: hal.Model) -> dict[str, list[bool
     return answers
 
 
+#: The fixed cost of one operation on the CPU reference, in ns (dispatch, checks, bookkeeping).
+OP_NS = 20_000.0
+#: Reference cost per element read or written, or per multiply-accumulate, in ns.
+UNIT_NS = 0.5
+#: What one more step costs: a launch on a device, its request, its admission, in ns.
+STEP_NS = 150_000.0
+#: What a byte crossing a step boundary costs (written to shared memory, read back), in ns.
+BYTE_NS = 0.2
+
+
+def _costs(devices: list[Device], model: hal.Model, preference: ExecutionPreference,
+           support: dict[str, list[bool]]) -> dict[str, list[float | None]]:
+    """Per device, the estimated cost of each operation (None where unsupported)."""
+    from ..qos.estimate import operation_work
+    main = model.main
+    base = [OP_NS + UNIT_NS * operation_work(main, op) for op in main.operations]
+    return {d.name: [b * _cost(d, model, op, preference) if ok else None
+                     for b, op, ok in zip(base, main.operations, support[d.name])] for d in devices}
+
+
+def _boundary_bytes(model: hal.Model, chosen: list[Device]) -> int:
+    """Bytes of the computed tensors one device writes and another reads."""
+    main = model.main
+    writer = {o: i for i, op in enumerate(main.operations) for o in op.outputs}
+    crossing = {o for i, op in enumerate(main.operations) for o in op.inputs
+                if o in writer and chosen[writer[o]] is not chosen[i]}
+    return sum(main.operands[o].byte_size() for o in crossing)
+
+
+def _plan_cost(model: hal.Model, chosen: list[Device], costs: dict[str, list[float | None]]) -> float:
+    runs = 1 + sum(1 for a, b in zip(chosen, chosen[1:]) if a is not b)
+    return (sum(costs[d.name][i] for i, d in enumerate(chosen)) + STEP_NS * runs
+            + BYTE_NS * _boundary_bytes(model, chosen))
+
+
+#: Most steps a plan has, unless no device can take a run over from its neighbours.
+MAX_STEPS = 3
+
+
+def _merge_runs(chosen: list[Device], costs: dict[str, list[float | None]]) -> list[Device]:
+    """Move runs of operations (in execution order) to a neighbouring run's device while that saves
+    more than the boundaries it removes cost, then, while there are more than MAX_STEPS runs, make
+    the move that costs least."""
+    chosen = list(chosen)
+    for _ in range(4 * len(chosen) + 1):
+        runs: list[tuple[int, int]] = []  # [start, end) of same-device runs
+        for i in range(len(chosen)):
+            if runs and chosen[runs[-1][0]] is chosen[i]:
+                runs[-1] = (runs[-1][0], i + 1)
+            else:
+                runs.append((i, i + 1))
+        best: tuple[float, int, Device] | None = None
+        for r, (start, end) in enumerate(runs):
+            here = chosen[start]
+            for neighbour in {chosen[runs[n][0]] for n in (r - 1, r + 1) if 0 <= n < len(runs)}:
+                moved = [costs[neighbour.name][i] for i in range(start, end)]
+                if any(c is None for c in moved):
+                    continue
+                joined = sum(1 for n in (r - 1, r + 1) if 0 <= n < len(runs) and chosen[runs[n][0]] is neighbour)
+                delta = sum(moved) - sum(costs[here.name][i] for i in range(start, end)) - STEP_NS * joined
+                if (delta < 0 or len(runs) > MAX_STEPS) and (best is None or delta < best[0]):
+                    best = (delta, r, neighbour)
+        if best is None:
+            return chosen
+        start, end = runs[best[1]]
+        chosen[start:end] = [best[2]] * (end - start)
+    return chosen
+
+
 def assign_devices(devices: list[Device], model: hal.Model, preference: ExecutionPreference) -> list[Device]:
-    """The chosen device of every main-model operation; BAD_DATA naming an operation no device can run."""
+    """The chosen device of every main-model operation (see the module doc); BAD_DATA naming an
+    operation no device can run."""
     support = supported_by(devices, model)
+    costs = _costs(devices, model, preference, support)
     chosen = []
     for i, op in enumerate(model.main.operations):
         best: Device | None = None
-        best_cost = 0.0
         for d in devices:
-            if not support[d.name][i]:
+            cost = costs[d.name][i]
+            if cost is None:
                 continue
-            cost = _cost(d, model, op, preference)
-            if best is None or cost < best_cost or (cost == best_cost and d.name == "reference"):
-                best, best_cost = d, cost
+            if best is None or cost < costs[best.name][i] or (cost == costs[best.name][i] and d.name == "reference"):
+                best = d
         if best is None:
             raise NnError(ResultCode.BAD_DATA, f"no device can run operation {i} ({op.type.name}) "
                                                f"(devices: {', '.join(d.name for d in devices)})")
         chosen.append(best)
-    return chosen
+    plans = [_merge_runs(chosen, costs)]
+    plans += [[d] * len(chosen) for d in devices if all(c is not None for c in costs[d.name])]
+    scored = [(_plan_cost(model, plan, costs), plan[0].name != "reference", k, plan) for k, plan in enumerate(plans)]
+    return min(scored, key=lambda x: x[:3])[3]
 
 
 def partition(devices: list[Device], model: hal.Model, preference: ExecutionPreference) -> list[Step]:
