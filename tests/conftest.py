@@ -51,3 +51,12 @@ def _private_state_dir(tmp_path_factory):
 @pytest.fixture
 def add_relu() -> nnapi.Model:
     return add_relu_model()
+
+
+@pytest.fixture
+def android_partitioning(monkeypatch):
+    """Partition as Android's runtime does, without weighing partition boundaries (tests of what crosses
+    a boundary build tiny models that a cost-aware plan would keep whole on one device)."""
+    from nnapi.runtime import partitioner
+    monkeypatch.setattr(partitioner, "STEP_NS", 0.0)
+    monkeypatch.setattr(partitioner, "BYTE_NS", 0.0)

@@ -247,7 +247,7 @@ def _two_device_compile(tmp_path, model, driver, token=TOKEN):
     return nnapi.Compilation(model, devices=[device_for(driver), ref], cache_dir=tmp_path, token=token).finish()
 
 
-def test_compound_plan_tokens_differ_per_partition_and_are_deterministic(tmp_path, add_relu):
+def test_compound_plan_tokens_differ_per_partition_and_are_deterministic(tmp_path, add_relu, android_partitioning):
     """A fake device takes ADD, the reference device RELU: two steps, two distinct tokens, each stable
     over 10 compiles (every compile after the first hits both)."""
     driver = RecordingDriver(1, 1, name="adds-only", supported=lambda op: op.type == Op.ADD)
@@ -263,7 +263,7 @@ def test_compound_plan_tokens_differ_per_partition_and_are_deterministic(tmp_pat
     assert len({t for t in driver.tokens}) == 1
 
 
-def test_compound_token_differs_from_simple_token_for_the_same_device(tmp_path, add_relu):
+def test_compound_token_differs_from_simple_token_for_the_same_device(tmp_path, add_relu, android_partitioning):
     """The same operations on the same device as a whole model and as one partition: other tokens."""
     whole = RecordingDriver(1, 1, name="adds-only")
     _compile(whole, add_relu, tmp_path, TOKEN)

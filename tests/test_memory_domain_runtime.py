@@ -459,7 +459,7 @@ def test_single_partition(install, result, explicit, level):
 
 @pytest.mark.parametrize("explicit", [False, True], ids=["all_devices", "device_list"])
 @pytest.mark.parametrize("result", RESULTS)
-def test_multiple_partitions(install, result, explicit):
+def test_multiple_partitions(install, result, explicit, android_partitioning):
     devs = install(FakeDriver("fake-add", {Op.ADD}, result), FakeDriver("fake-sub", {Op.SUB}, result),
                    FakeDriver("fake-mul", {Op.MUL}, result))
     c = compile_(three_op_model(), devs if explicit else None)

@@ -124,7 +124,7 @@ def test_compute_timeout_reaches_the_driver_as_one_absolute_deadline(add_relu):
     assert err.value.code == ResultCode.BAD_STATE
 
 
-def test_partitioned_compilations_take_timeouts_every_step_the_same_deadline():
+def test_partitioned_compilations_take_timeouts_every_step_the_same_deadline(android_partitioning):
     """Unlike Android, timeouts work with several devices: each partition is prepared, and each step
     executed, against one absolute deadline."""
     log: list = []
@@ -161,7 +161,7 @@ def test_a_short_timeout_gives_success_or_a_missed_deadline(add_relu):
             assert err.code in MISSED_CODES
 
 
-def test_a_passed_compile_deadline_is_a_persistent_miss_without_fallback(add_relu, monkeypatch):
+def test_a_passed_compile_deadline_is_a_persistent_miss_without_fallback(add_relu, monkeypatch, android_partitioning):
     log: list = []
     fake = _make(recording(AddOnlyDevice, log, fail_prepare=ErrorStatus.MISSED_DEADLINE_TRANSIENT))
     reference = _make(recording(ReferenceDevice, log))
@@ -179,7 +179,7 @@ def test_a_passed_compile_deadline_is_a_persistent_miss_without_fallback(add_rel
     assert [entry[1] for entry in log if entry[0] == "prepare"] == ["add-only", "reference"]
 
 
-def test_a_missed_deadline_in_execution_is_reported_as_is_and_never_retried_elsewhere():
+def test_a_missed_deadline_in_execution_is_reported_as_is_and_never_retried_elsewhere(android_partitioning):
     log: list = []
     devices = [_make(recording(AddOnlyDevice, log, fail_execute=ErrorStatus.MISSED_DEADLINE_TRANSIENT)),
                _make(recording(ReferenceDevice, log))]

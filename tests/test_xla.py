@@ -206,7 +206,7 @@ def test_multi_stage_swaps_in_the_optimised_executable_and_rewrites_the_cache(tm
     np.testing.assert_array_equal(hit.execute([image])[0], optimised)
 
 
-def test_partitioning_puts_float_work_on_xla_and_the_rest_on_reference(monkeypatch):
+def test_partitioning_puts_float_work_on_xla_and_the_rest_on_reference(monkeypatch, android_partitioning):
     """FULLY_CONNECTED (xla) -> TOPK_V2 (not lowered: reference) -> RELU (xla); the float ratio is
     pinned so the plan does not depend on how busy the machine was during the calibration."""
     monkeypatch.setenv("NNAPI_XLA_PERFORMANCE", "0.1")
