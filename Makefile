@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SHARED ?= ../shared
 
-.PHONY: run test test-all cts clean
+.PHONY: run test test-all fuzz cts clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ test: $(STAMP)
 test-all: test
 	$(VENV)/bin/nnapi cts $(SHARED)/cts --device xla --json $(VENV)/cts-xla.json
 	$(VENV)/bin/nnapi cts $(SHARED)/cts --json $(VENV)/cts-all.json
+
+# The fuzz tests with many more examples (minutes): random models, requests, conformance models with
+# mutated parameters, .tflite bytes, HAL model bytes, memory pools and domains.
+fuzz: $(STAMP)
+	NNAPI_FUZZ_EXAMPLES=$${NNAPI_FUZZ_EXAMPLES:-2000} $(PY) -m pytest -q -W ignore::RuntimeWarning \
+		tests/test_fuzz.py tests/test_tflite_fuzz.py tests/test_memory_fuzz.py tests/test_serialize.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
