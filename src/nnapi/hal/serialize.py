@@ -109,9 +109,38 @@ def _put_list(out: list[bytes], fmt: struct.Struct, values: Any, what: str) -> N
         _put(out, fmt, v, what)
 
 
+_OPERAND_HEAD = struct.Struct("<IBI")        # type, lifetime, rank
+_OPERAND_TAIL = struct.Struct("<IdqQQQB")    # consumers, scale, zero point, pool, offset, length, cq flag
+_DIMS: dict[int, struct.Struct] = {}
+
+
+def _dims_struct(rank: int) -> struct.Struct:
+    fmt = _DIMS.get(rank)
+    if fmt is None:
+        fmt = _DIMS[rank] = struct.Struct(f"<{rank}I")
+    return fmt
+
+
+def _write_operand_fast(out: list[bytes], o: Operand) -> bool:
+    """One operand in three pack calls; False (nothing written) when a field needs the checked path."""
+    if o.channel_quant is not None:
+        return False
+    loc = o.location
+    dims = o.dimensions
+    try:
+        out.append(_OPERAND_HEAD.pack(o.type, o.lifetime, len(dims)) + _dims_struct(len(dims)).pack(*dims)
+                   + _OPERAND_TAIL.pack(o.number_of_consumers, o.scale, o.zero_point, loc.pool_index, loc.offset,
+                                        loc.length, 0))
+    except (struct.error, TypeError, OverflowError, AttributeError):
+        return False
+    return True
+
+
 def _write_subgraph(out: list[bytes], subgraph: Subgraph, label: str) -> None:
     _put(out, _U32, len(subgraph.operands), f"{label} operand count")
     for j, o in enumerate(subgraph.operands):
+        if _write_operand_fast(out, o):
+            continue
         what = f"{label} operand {j}"
         _put(out, _U32, o.type, f"{what} type")
         _put(out, _U8, o.lifetime, f"{what} lifetime")
@@ -178,6 +207,14 @@ class _Reader:
     def read(self, fmt: struct.Struct) -> Any:
         return fmt.unpack(self.take(fmt.size))[0]
 
+    def read_struct(self, fmt: struct.Struct) -> tuple:
+        """Every field of one struct."""
+        if fmt.size > self.left:
+            raise _invalid(f"serialized model truncated at byte {self.pos}: need {fmt.size} bytes, {self.left} left")
+        values = fmt.unpack_from(self.data, self.pos)
+        self.pos += fmt.size
+        return values
+
     def count(self, what: str, item_size: int) -> int:
         """A u32 item count, rejected when that many items cannot fit in the bytes left."""
         n = self.read(_U32)
@@ -202,14 +239,14 @@ def _read_subgraph(r: _Reader, label: str) -> Subgraph:
     operands = []
     for j in range(r.count(f"{label} operand", _MIN_OPERAND)):
         what = f"{label} operand {j}"
-        op_type = _enum(OperandType, r.read(_U32), f"{what} type")
-        lifetime = _enum(OperandLifeTime, r.read(_U8), f"{what} lifetime")
-        dims = r.values(_U32, f"{what} dimension")
-        consumers = r.read(_U32)
-        scale = r.read(_F64)
-        zero_point = r.read(_I64)
-        location = DataLocation(r.read(_U64), r.read(_U64), r.read(_U64))
-        flag = r.read(_U8)
+        code, life, rank = r.read_struct(_OPERAND_HEAD)
+        op_type = _enum(OperandType, code, f"{what} type")
+        lifetime = _enum(OperandLifeTime, life, f"{what} lifetime")
+        if rank * 4 > r.left:
+            raise _invalid(f"serialized model: {what} dimension count {rank} exceeds the {r.left} bytes left")
+        dims = r.read_struct(_dims_struct(rank))
+        consumers, scale, zero_point, pool, offset, length, flag = r.read_struct(_OPERAND_TAIL)
+        location = DataLocation(pool, offset, length)
         if flag > 1:
             raise _invalid(f"serialized model: {what} has a bad channel_quant flag {flag}")
         cq = None
