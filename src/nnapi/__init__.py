@@ -10,11 +10,12 @@ from .runtime import (CacheOutcome, Compilation, Device, Event, Execution, Memor
                       model_token, register_device)
 from .memory import HardwareBuffer, HardwareBufferFormat, HardwareBufferUsage
 from .runtime import MemoryDesc
+from .tracing import trace
 
 __all__ = [
     "__version__", "Model", "Compilation", "Execution", "Event", "Memory", "Device", "devices",
     "register_device", "model_token", "CacheOutcome", "NnError", "ErrorStatus", "ResultCode", "OperandType",
     "OperationType", "OutputShape", "Priority", "ExecutionPreference", "DeviceType", "FusedActivationFunc",
     "PaddingScheme", "Timing",
-    "HardwareBuffer", "HardwareBufferFormat", "HardwareBufferUsage", "MemoryDesc",
+    "HardwareBuffer", "HardwareBufferFormat", "HardwareBufferUsage", "MemoryDesc", "trace",
 ]

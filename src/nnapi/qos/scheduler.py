@@ -41,6 +41,7 @@ import threading
 import time
 from typing import Callable, TypeVar
 
+from .. import tracing as trace
 from ..hal import ClientId, ErrorStatus, NnError, Priority
 from ..hal.constants import NO_DEADLINE
 from .estimate import DurationStats
@@ -140,7 +141,13 @@ class Ticket:
         previous = getattr(_local, "ticket", None)
         outcome = "error"
         try:
-            scheduler._wait_for_grant(self)
+            if not self._grant.is_set() and trace.active():
+                queued = trace.now_us()
+                scheduler._wait_for_grant(self)
+                trace.complete("queued", "qos", queued, trace.now_us(), device=scheduler.name, app=self.uid,
+                               label=self.label, priority=self.priority.name)
+            else:
+                scheduler._wait_for_grant(self)
             _local.ticket = self
             result = fn()
             outcome = "ok"
@@ -160,6 +167,8 @@ class Ticket:
             return
         now = self.scheduler.clock()
         if deadline is not None and now > deadline:
+            trace.instant("deadline abort", "qos", device=self.scheduler.name, app=self.uid, label=self.label,
+                          where=where)
             raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
                           f"{self.label}: deadline passed {_ms(now - deadline)} ago, aborted"
                           + (f" before {where}" if where else ""))
@@ -185,12 +194,14 @@ class Scheduler:
 
     def __init__(self, workers: int | None = None, capacity: int = 256, *,
                  clock: Callable[[], int] = time.monotonic_ns, quantum_ns: int | None = 20_000_000,
-                 exclusive: bool = True, policy: str = "priority") -> None:
+                 exclusive: bool = True, policy: str = "priority", name: str = "driver") -> None:
         if policy not in ("priority", "fifo"):
             raise ValueError(f"unknown scheduling policy {policy!r}")
         self.workers = max(1, int(workers if workers is not None else (os.cpu_count() or 1)))
         self.capacity = max(1, int(capacity))
         self.clock = clock
+        #: The device whose work this is (the track of its trace events).
+        self.name = name
         self.fifo = policy == "fifo"
         self.policy = policy
         self.quantum_ns = None if self.fifo else quantum_ns
@@ -404,7 +415,14 @@ class Scheduler:
             self._enqueue(ticket)
             self._dispatch(now)
             self._update_flags()
-        self._wait_for_grant(ticket)
+        if trace.active():
+            trace.instant("preempted", "qos", device=self.name, app=ticket.uid, label=ticket.label, where=where)
+            paused = trace.now_us()
+            self._wait_for_grant(ticket)
+            trace.complete("paused", "qos", paused, trace.now_us(), device=self.name, app=ticket.uid,
+                           label=ticket.label)
+        else:
+            self._wait_for_grant(ticket)
 
     def _finish(self, ticket: Ticket, outcome: str) -> None:
         with self._lock:

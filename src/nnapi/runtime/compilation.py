@@ -7,6 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import tracing as trace
 from ..caching.artifacts import INCOMPLETE
 from ..hal import (BYTE_SIZE_OF_CACHE_TOKEN, NO_DEADLINE, ErrorStatus, ExecutionPreference, NnError, Priority,
                    ResultCode)
@@ -120,7 +121,9 @@ class Compilation:
         deadline = deadline_after(self._timeout_ns)  # one absolute deadline for every step
         hal_model = self.model.to_hal()
         try:
-            self.steps = partition(self._devices, hal_model, self.preference)
+            with trace.span("partition", "compile", devices=",".join(d.name for d in self._devices)) as args:
+                self.steps = partition(self._devices, hal_model, self.preference)
+                args["steps"] = len(self.steps)
             for step in self.steps:
                 self._prepare(step, deadline, compound=len(self.steps) > 1)
         except NnError as e:  # a missed deadline never falls back: another device would miss it too
@@ -140,6 +143,11 @@ class Compilation:
         return self
 
     def _prepare(self, step: Step, deadline: int | None, compound: bool) -> None:
+        with trace.span("prepare", "compile", device=step.device.name, operations=len(step.operations)) as args:
+            self._prepare_step(step, deadline, compound)
+            args.update(outcome=step.cache.outcome, reason=step.cache.reason)
+
+    def _prepare_step(self, step: Step, deadline: int | None, compound: bool) -> None:
         device = step.device
         driver = device.driver
         if self.token is None or not device.supports_caching:

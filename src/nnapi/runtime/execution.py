@@ -17,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from .. import hal
+from .. import tracing as trace
 from ..hal import (DataLocation, ErrorStatus, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, MeasureTiming,
                    MemoryPool, NnError, OutputShape, Request, RequestArgument, ResultCode, Timing)
 from ..memory import max_tensor_bytes
@@ -400,8 +401,9 @@ class Execution:
             request = Request(req_inputs, req_outputs, pools)
             measure = MeasureTiming.YES if self._measure else MeasureTiming.NO
             try:
-                out_shapes, timing = step.prepared.execute_synchronously(request, measure, deadline,
-                                                                         self._loop_timeout_ns)
+                with trace.span("execute", "execute", device=step.device.name, operations=len(step.operations)):
+                    out_shapes, timing = step.prepared.execute_synchronously(request, measure, deadline,
+                                                                             self._loop_timeout_ns)
             except NnError as e:
                 if e.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or not e.output_shapes:
                     raise

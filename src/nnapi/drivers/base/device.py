@@ -152,7 +152,7 @@ class DriverDevice(IDevice):
         self.memory_limit_bytes = memory_limit_bytes if memory_limit_bytes is not None else env_int(
             prefix + "MEMORY_LIMIT")
         self.scheduler = scheduler if scheduler is not None else Scheduler(
-            workers if workers is not None else env_int(prefix + "WORKERS"), queue_capacity)
+            workers if workers is not None else env_int(prefix + "WORKERS"), queue_capacity, name=self.NAME)
         self._use_engine = env_flag(prefix + "ENGINE") if engine is None else engine
         self._version: str | None = None
         self._registry: IntegrityRegistry | None = None

@@ -14,6 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from ... import tracing as trace
 from ...hal import (ClientId, ErrorStatus, ExecutionPreference, IBurst, IPreparedModel, MeasureTiming, Model,
                     NnError, OutputShape, Priority, Request, Timing, check_burst_tokens)
 from ...memory import MappedPool, map_pool
@@ -70,6 +71,7 @@ class DriverPreparedModel(IPreparedModel):
         self.stats: DurationStats | None = None
         self.domain: DriverDomain | None = None
         self.memory_limit_bytes: int | None = None
+        self.device_name = type(self).__name__
 
     # --- what a driver fills in ----------------------------------------------------------------------
     def run(self, binding: Binding) -> Sequence[object]:
@@ -86,6 +88,7 @@ class DriverPreparedModel(IPreparedModel):
         """Run executions on `device`'s scheduler for app `uid` (unless a call names another), check
         memory-domain tokens in its domain, predict durations from the cost model, then past runs."""
         self.scheduler, self.client_uid = device.scheduler, uid
+        self.device_name = device.NAME
         self.domain = device.domain
         self.memory_limit_bytes = device.tensor_limit_bytes()
         self.stats = DurationStats(self.estimate_run_ns())
@@ -138,7 +141,14 @@ class DriverPreparedModel(IPreparedModel):
     def _run_ticket(self, ticket: Ticket, request: Request, measure: MeasureTiming, loop_timeout_ns: int | None,
                     start: int, pools: list[MappedPool | None] | None = None) -> tuple[list[OutputShape], Timing]:
         """Run admitted work; the ticket's checkpoints carry the deadline and preemption."""
-        shapes = ticket.run(lambda: self._compute(request, ticket.deadline, loop_timeout_ns, pools))
+        if trace.active():
+            with trace.span(ticket.label, "driver", device=self.device_name, app=ticket.uid,
+                            priority=self.priority.name) as args:
+                shapes = ticket.run(lambda: self._compute(request, ticket.deadline, loop_timeout_ns, pools))
+                args.update(run_us=ticket.run_ns // 1000, waited_us=ticket.wait_ns // 1000,
+                            preemptions=ticket.preemptions)
+        else:
+            shapes = ticket.run(lambda: self._compute(request, ticket.deadline, loop_timeout_ns, pools))
         if measure == MeasureTiming.YES:  # on the device: running time; in the driver: from the call
             return shapes, Timing(_us(ticket.run_ns), _us(time.monotonic_ns() - start))
         return shapes, Timing()

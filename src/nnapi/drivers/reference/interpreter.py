@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 
+from ... import tracing as trace
 from ...hal import (ErrorStatus, Model, NnError, OperandLifeTime, OperationType, Subgraph)
 from ...memory import MappedPool
 from ...ops import OpContext, OperationRegistration, Tensor, find_operation, numpy_dtype
@@ -95,6 +96,7 @@ class SubgraphPlan:
         operands = self.sub.operands
         check_allocation = executor.check_allocation if executor is not None else None
         ticket = current_ticket()  # the QoS work this thread runs, if any
+        tracing = trace.active()
         for step in self.steps:
             if ticket is not None:  # checkpoint: deadline, preemption
                 ticket.checkpoint(f"operation {step.index} ({step.type.name})")
@@ -118,6 +120,8 @@ class SubgraphPlan:
             outputs = [Tensor(operands[i].type, operands[i].dimensions, operands[i].scale,
                               operands[i].zero_point, operands[i].channel_quant) for i in step.outputs]
             ctx = OpContext(step.type, inputs, outputs, relaxed=self.relaxed, executor=executor)
+            if tracing:
+                start_us = trace.now_us()
             try:
                 shapes = reg.prepare(ctx)
                 if shapes is not None:
@@ -137,6 +141,9 @@ class SubgraphPlan:
             except Exception as e:  # a kernel bug or an input the checks missed: never crash the driver
                 raise NnError(ErrorStatus.GENERAL_FAILURE,
                               f"operation {step.index} ({step.type.name}) failed: {type(e).__name__}: {e}") from e
+            if tracing:
+                trace.complete(f"{step.index} {step.type.name}", "operation", start_us, trace.now_us(),
+                               device="reference", app=ticket.uid if ticket is not None else None)
             for k, (i, r, dims) in enumerate(zip(step.outputs, results, shapes)):
                 r = np.asarray(r)
                 if operands[i].type.is_scalar:

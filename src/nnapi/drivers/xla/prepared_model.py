@@ -32,6 +32,7 @@ import numpy as np
 
 import jax
 
+from ... import tracing as trace
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
 from ..base import Binding, DriverPreparedModel
 from . import program as prog
@@ -159,10 +160,13 @@ class XlaPreparedModel(DriverPreparedModel):
                 binding.checkpoint(f"sub-model {j} of {len(segments)}")  # preemption / deadline (QoS)
             seg_args = [*(values[s.index] for s in seg.inputs), *(self._constants[s.index] for s in seg.constants)]
             try:
-                if seg.loops:
-                    outs = self._run_with_budget(j, exe, seg_args, binding)
-                else:
-                    outs = exe(*seg_args)
+                with trace.span(f"sub-model {j}", "operation", device="xla"):
+                    if seg.loops:
+                        outs = self._run_with_budget(j, exe, seg_args, binding)
+                    else:
+                        outs = exe(*seg_args)
+                        if trace.active():
+                            jax.block_until_ready(outs)
             except NnError:
                 raise
             except Exception as e:  # never crash the caller on a runtime failure of XLA
