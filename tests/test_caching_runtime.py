@@ -139,9 +139,12 @@ def test_handles_passed_are_exactly_the_advertised_counts(tmp_path, add_relu):
     assert [n[64:] for n in names] == ["10", "11", "12", "20", "21", "22", "23", "24"]
 
 
-def test_cache_files_that_cannot_be_created_compile_without_caching(tmp_path, add_relu):
+def test_cache_files_that_cannot_be_created_compile_without_caching(tmp_path, add_relu, monkeypatch):
+    import nnapi.runtime.compilation as compilation
+    real = compilation.open_cache_files
+    monkeypatch.setattr(compilation, "open_cache_files", lambda paths, create: None if create else real(paths, create))
     driver = RecordingDriver(1, 1)
-    c = _compile(driver, add_relu, tmp_path / "missing" / "dir", TOKEN)
+    c = _compile(driver, add_relu, tmp_path, TOKEN)
     assert driver.calls == [("prepare_model", False)]
     assert c.cache_outcomes[0].outcome == "miss" and "could not be created" in c.cache_outcomes[0].reason
 

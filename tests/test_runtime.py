@@ -172,3 +172,21 @@ def test_changed_model_with_reused_token_misses(tmp_path):
     nnapi.Compilation(add_relu_model(64, True), cache_dir=tmp_path, token=token).finish()
     other = nnapi.Compilation(add_relu_model(65, True), cache_dir=tmp_path, token=token).finish()
     assert other.cache_outcomes[0].outcome == "miss"
+
+
+def test_a_missing_cache_directory_is_created_and_used(tmp_path, add_relu):
+    cache = tmp_path / "not" / "yet"
+    token = nnapi.model_token(add_relu)
+    assert nnapi.Compilation(add_relu, cache_dir=cache, token=token).finish().cache_outcomes[0].outcome == "miss"
+    assert cache.is_dir() and (cache.stat().st_mode & 0o777) == 0o700
+    assert nnapi.Compilation(add_relu, cache_dir=cache, token=token).finish().cache_outcomes[0].outcome == "hit"
+
+
+@pytest.mark.parametrize("bad", ["file", "/proc/nope/cache", ""])
+def test_an_unusable_cache_directory_is_a_clear_error(tmp_path, add_relu, bad):
+    if bad == "file":
+        bad = tmp_path / "file"
+        bad.write_text("not a directory")
+    with pytest.raises(nnapi.NnError) as err:
+        nnapi.Compilation(add_relu, cache_dir=bad, token=bytes(32))
+    assert err.value.code == nnapi.ResultCode.BAD_DATA and "cache_dir" in err.value.message

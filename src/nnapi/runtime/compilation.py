@@ -44,6 +44,30 @@ def deadline_after(ns: int | None) -> int | None:
     return None if deadline >= NO_DEADLINE else deadline
 
 
+def _cache_directory(cache_dir: str | os.PathLike) -> str:
+    """The cache directory, created (0700) when missing; BAD_DATA when it is not a usable directory."""
+    try:
+        path = os.fspath(cache_dir)
+    except TypeError:
+        raise NnError(ResultCode.BAD_DATA, f"Compilation: cache_dir must be a path, got {cache_dir!r}") from None
+    if not path:
+        raise NnError(ResultCode.BAD_DATA, "Compilation: cache_dir is empty")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise NnError(ResultCode.BAD_DATA, f"Compilation: cache_dir {path!r} is not a directory")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise NnError(ResultCode.BAD_DATA, f"Compilation: cache_dir {path!r} cannot be created: "
+                                           f"{e.strerror or e}") from None
+    if not os.path.isdir(path):
+        raise NnError(ResultCode.BAD_DATA, f"Compilation: cache_dir {path!r} is not a directory")
+    if not os.access(path, os.W_OK | os.X_OK):  # readable only: cache hits still work, nothing is written
+        import logging
+        logging.getLogger("nnapi.runtime").warning("cache directory %s is not writable: new compilations are "
+                                                   "not cached", path)
+    return path
+
+
 def _priority(value) -> Priority:
     if isinstance(value, Priority):
         return value
@@ -100,7 +124,7 @@ class Compilation:
             raise NnError(ResultCode.BAD_DATA, "Compilation: cache_dir and token go together")
         if token is not None and (not isinstance(token, (bytes, bytearray)) or len(token) != BYTE_SIZE_OF_CACHE_TOKEN):
             raise NnError(ResultCode.BAD_DATA, f"Compilation: token must be {BYTE_SIZE_OF_CACHE_TOKEN} bytes")
-        self.cache_dir = None if cache_dir is None else os.fspath(cache_dir)
+        self.cache_dir = None if cache_dir is None else _cache_directory(cache_dir)
         self.token = None if token is None else bytes(token)
 
     def set_timeout(self, timeout: float | None) -> None:
