@@ -32,6 +32,11 @@ class _Step:
     outputs: tuple[int, ...]
     #: Operands whose last reader is this step (freed after it runs).
     release: tuple[int, ...]
+    #: Per input: (operand index, operand, its lifetime is NO_VALUE); per output: the operand.
+    input_specs: tuple = ()
+    output_specs: tuple = ()
+    #: "operation 3 (ADD)", for messages.
+    label: str = ""
 
 
 def constant_value(model: Model, sub: Subgraph, index: int, pools: list[MappedPool]) -> np.ndarray | None:
@@ -79,79 +84,77 @@ class SubgraphPlan:
                 raise NnError(ErrorStatus.INVALID_ARGUMENT, f"operation {s} ({op.type.name}) is not supported "
                                                             "by the reference driver")
             release = tuple(i for i in set(op.inputs) if last_use.get(i) == s and i not in keep)
-            self.steps.append(_Step(s, op.type, reg, op.inputs, op.outputs, release))
-
-    def _tensor(self, index: int, values: dict[int, np.ndarray | None]) -> Tensor:
-        operand = self.sub.operands[index]
-        value = values.get(index)
-        omitted = value is None and (operand.lifetime == OperandLifeTime.NO_VALUE or index in values)
-        dims = operand.dimensions if value is None or operand.type.is_scalar else tuple(value.shape)
-        return Tensor(operand.type, tuple(dims), operand.scale, operand.zero_point, operand.channel_quant,
-                      value, omitted)
+            ins = tuple((i, sub.operands[i], sub.operands[i].lifetime == OperandLifeTime.NO_VALUE) for i in op.inputs)
+            outs = tuple(sub.operands[i] for i in op.outputs)
+            self.steps.append(_Step(s, op.type, reg, op.inputs, op.outputs, release, ins, outs,
+                                    f"operation {s} ({op.type.name})"))
 
     def run(self, values: dict[int, np.ndarray | None], deadline: int | None = None,
             executor: "ModelExecutor | None" = None) -> dict[int, np.ndarray | None]:
         """Evaluate every step; `values` holds the subgraph inputs (None = omitted) and receives the outputs."""
         values.update(self.constants)
-        operands = self.sub.operands
         check_allocation = executor.check_allocation if executor is not None else None
         ticket = current_ticket()  # the QoS work this thread runs, if any
         tracing = trace.active()
+        relaxed = self.relaxed
         for step in self.steps:
             if ticket is not None:  # checkpoint: deadline, preemption
-                ticket.checkpoint(f"operation {step.index} ({step.type.name})")
+                ticket.checkpoint(step.label)
             elif deadline is not None and time.monotonic_ns() > deadline:
-                raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                              f"deadline passed before operation {step.index} ({step.type.name})")
-            inputs = [self._tensor(i, values) for i in step.inputs]
+                raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before {step.label}")
             reg = step.registration
-            for k, t in enumerate(inputs):
-                if t.value is None and not t.omitted:
-                    raise NnError(ErrorStatus.GENERAL_FAILURE,
-                                  f"operation {step.index} ({step.type.name}): input {k} (operand "
-                                  f"{step.inputs[k]}) has no value")
-                if t.omitted and not reg.allow_omitted_operand:
-                    raise NnError(ErrorStatus.INVALID_ARGUMENT,
-                                  f"operation {step.index} ({step.type.name}): input {k} is omitted")
-                if not reg.allow_zero_sized_input and t.value is not None and t.value.size == 0 \
-                        and not t.type.is_scalar:
-                    raise NnError(ErrorStatus.GENERAL_FAILURE,
-                                  f"operation {step.index} ({step.type.name}): input {k} is zero-sized")
-            outputs = [Tensor(operands[i].type, operands[i].dimensions, operands[i].scale,
-                              operands[i].zero_point, operands[i].channel_quant) for i in step.outputs]
-            ctx = OpContext(step.type, inputs, outputs, relaxed=self.relaxed, executor=executor)
+            inputs = []
+            for k, (i, operand, no_value) in enumerate(step.input_specs):
+                value = values.get(i)
+                if value is None:
+                    omitted = no_value or i in values
+                    if not omitted:
+                        raise NnError(ErrorStatus.GENERAL_FAILURE,
+                                      f"{step.label}: input {k} (operand {i}) has no value")
+                    if not reg.allow_omitted_operand:
+                        raise NnError(ErrorStatus.INVALID_ARGUMENT, f"{step.label}: input {k} is omitted")
+                    inputs.append(Tensor(operand.type, tuple(operand.dimensions), operand.scale, operand.zero_point,
+                                         operand.channel_quant, None, True))
+                    continue
+                scalar = operand.type.is_scalar
+                if not scalar and value.size == 0 and not reg.allow_zero_sized_input:
+                    raise NnError(ErrorStatus.GENERAL_FAILURE, f"{step.label}: input {k} is zero-sized")
+                inputs.append(Tensor(operand.type, tuple(operand.dimensions) if scalar else value.shape,
+                                     operand.scale, operand.zero_point, operand.channel_quant, value, False))
+            outputs = [Tensor(o.type, o.dimensions, o.scale, o.zero_point, o.channel_quant) for o in step.output_specs]
+            ctx = OpContext(step.type, inputs, outputs, relaxed=relaxed, executor=executor)
             if tracing:
                 start_us = trace.now_us()
             try:
                 shapes = reg.prepare(ctx)
                 if shapes is not None:
                     for k, (declared, dims) in enumerate(zip(outputs, shapes)):
-                        _check_compatible(step, k, declared.dims, tuple(dims))
+                        if declared.dims != dims:
+                            _check_compatible(step, k, declared.dims, tuple(dims))
                         if check_allocation is not None and not declared.type.is_scalar:
-                            check_allocation(dims, numpy_dtype(declared.type),
-                                             f"operation {step.index} ({step.type.name}) output {k}")
+                            check_allocation(dims, numpy_dtype(declared.type), f"{step.label} output {k}")
                 results = reg.execute(ctx)
                 if shapes is None:  # data-dependent shapes (control flow): known after execute
-                    shapes = [() if operands[i].type.is_scalar else tuple(np.shape(r))
-                              for i, r in zip(step.outputs, results)]
+                    shapes = [() if o.type.is_scalar else tuple(np.shape(r))
+                              for o, r in zip(step.output_specs, results)]
                     for k, (declared, dims) in enumerate(zip(outputs, shapes)):
                         _check_compatible(step, k, declared.dims, tuple(dims))
             except NnError:
                 raise
             except Exception as e:  # a kernel bug or an input the checks missed: never crash the driver
                 raise NnError(ErrorStatus.GENERAL_FAILURE,
-                              f"operation {step.index} ({step.type.name}) failed: {type(e).__name__}: {e}") from e
+                              f"{step.label} failed: {type(e).__name__}: {e}") from e
             if tracing:
                 trace.complete(f"{step.index} {step.type.name}", "operation", start_us, trace.now_us(),
                                device="reference", app=ticket.uid if ticket is not None else None)
-            for k, (i, r, dims) in enumerate(zip(step.outputs, results, shapes)):
-                r = np.asarray(r)
-                if operands[i].type.is_scalar:
+            for k, (i, r, dims, o) in enumerate(zip(step.outputs, results, shapes, step.output_specs)):
+                if type(r) is not np.ndarray:
+                    r = np.asarray(r)
+                if o.type.is_scalar:
                     r = r.reshape(())
-                elif tuple(r.shape) != tuple(dims):
+                elif r.shape != tuple(dims):
                     raise NnError(ErrorStatus.GENERAL_FAILURE,
-                                  f"operation {step.index} ({step.type.name}): output {k} has shape "
-                                  f"{tuple(r.shape)}, expected {tuple(dims)}")
+                                  f"{step.label}: output {k} has shape {tuple(r.shape)}, expected {tuple(dims)}")
                 values[i] = r
             for i in step.release:
                 values.pop(i, None)
