@@ -461,9 +461,11 @@ class RequestBuffers:
     def resolve(cls, tracker: BufferTracker, request: Request, prepared_model: object,
                 input_operands: Sequence[Operand], output_operands: Sequence[Operand]) -> "RequestBuffers":
         self = cls()
-        client = current_client()
+        client = None
         for i, pool in enumerate(request.pools):
             if pool.token is not None:
+                if client is None:
+                    client = current_client()
                 self.pools[i] = tracker.get(pool.token, client)
         if not self.pools:
             return self

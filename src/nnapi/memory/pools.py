@@ -98,6 +98,8 @@ class MappedPool:
         self.size = buffer.nbytes
         self.writable = writable
         self._keepalive = keepalive
+        #: An in-process numpy buffer (pointer pool) used whole: views of it need no buffer protocol trip.
+        self._whole = keepalive if type(keepalive) is np.ndarray and keepalive.flags.c_contiguous else None
 
     def view(self, offset: int, length: int) -> memoryview:
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -107,6 +109,9 @@ class MappedPool:
 
     def array(self, offset: int, length: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         """A numpy view of a region (no copy)."""
+        whole = self._whole
+        if whole is not None and offset == 0 and length == self.size and whole.dtype == dtype:
+            return whole.reshape(shape)
         return np.frombuffer(self.view(offset, length), dtype=dtype).reshape(shape)
 
     def _check_writable(self) -> None:
@@ -117,6 +122,10 @@ class MappedPool:
         """Store an array's bytes at `offset` (bounds-checked; one copy, straight into the mapping)."""
         self._check_writable()
         value = np.asarray(value)
+        whole = self._whole
+        if whole is not None and offset == 0 and value.nbytes == self.size and whole.dtype == value.dtype:
+            np.copyto(whole.reshape(value.shape), value)
+            return
         dst = np.frombuffer(self.view(offset, value.nbytes), dtype=value.dtype).reshape(value.shape)
         np.copyto(dst, value)
 
