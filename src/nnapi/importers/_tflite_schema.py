@@ -1,29 +1,36 @@
-"""Reading a `.tflite` flatbuffer through the `tflite` schema package (generated flatbuffers bindings).
+"""Reading a `.tflite` file into plain, validated records (`FlatModel`), through the checked flatbuffer layer.
 
-The file is memory-mapped read-only and the bindings read that mapping in place: nothing is copied.
-`FlatModel` gives what the importer needs: subgraphs, tensors with their quantization, operators
-with their builtin name and parsed options, and where each constant buffer lies in the file.
+The file is memory-mapped read-only and read in place through `_flatbuffer.Table`, which checks
+every offset, vtable and vector before it is followed. On top of that, this module checks what the
+TFLite schema promises and the importer relies on: indexes (tensors, buffers, operator codes,
+subgraph inputs and outputs), enums (tensor types, option types, sparse index types), shapes
+(rank, dimensions, sizes NNAPI can address), quantization arrays (matching lengths, a valid
+channel dimension, finite scales), buffers (inside the file, as many bytes as the shape needs) and
+sparsity metadata. Whatever is wrong is `NnError(BAD_DATA)` naming the file, and the subgraph,
+tensor, operator or field at fault. Options tables are read on demand (`FlatOperator.options`),
+checked against the operator they belong to.
 """
 from __future__ import annotations
 
+import math
 import mmap
 import os
+import stat
+import struct
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
-import tflite  # the maintained TFLite schema bindings (flatbuffers)
+import tflite  # the maintained TFLite schema bindings (flatbuffers): enums and option classes
 
-from ..hal import NnError, ResultCode
+from ._flatbuffer import BadModel, Table, options as _options
 
 BUILTIN_NAMES: dict[int, str] = {v: k for k, v in vars(tflite.BuiltinOperator).items()
                                  if not k.startswith("_") and isinstance(v, int)}
 TENSOR_TYPE_NAMES: dict[int, str] = {v: k for k, v in vars(tflite.TensorType).items()
                                      if not k.startswith("_") and isinstance(v, int)}
-_OPTION_CLASSES: dict[int, type] = {}
-for _name, _code in vars(tflite.BuiltinOptions).items():
-    if not _name.startswith("_") and isinstance(_code, int) and _name != "NONE" and hasattr(tflite, _name):
-        _OPTION_CLASSES[_code] = getattr(tflite, _name)
+OPTION_CODES: dict[str, int] = {k: v for k, v in vars(tflite.BuiltinOptions).items()
+                                if not k.startswith("_") and isinstance(v, int)}
+OPTION_NAMES: dict[int, str] = {v: k for k, v in OPTION_CODES.items()}
 
 #: numpy dtypes of TFLite tensor types.
 NUMPY_TYPES: dict[str, np.dtype] = {
@@ -32,10 +39,26 @@ NUMPY_TYPES: dict[str, np.dtype] = {
     "INT16": np.dtype("<i2"), "UINT16": np.dtype("<u2"), "INT8": np.dtype("i1"), "UINT8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
 }
+#: Ranks and sizes beyond these are refused before anything is allocated: NNAPI describes a
+#: tensor's size in 32 bits, and no TFLite kernel handles more than 6 dimensions.
+MAX_RANK = 16
+MAX_TENSOR_BYTES = 2**32 - 1
+
+_U8, _I8, _U16 = struct.Struct("<B"), struct.Struct("<b"), struct.Struct("<H")
+_I32, _U32, _U64 = struct.Struct("<i"), struct.Struct("<I"), struct.Struct("<Q")
+_BOOL = _U8
+_DENSE, _SPARSE_CSR = tflite.DimensionType.DENSE, tflite.DimensionType.SPARSE_CSR
+_INDEX_TYPES = {tflite.SparseIndexVector.Int32Vector: np.int32, tflite.SparseIndexVector.Uint16Vector: np.uint16,
+                tflite.SparseIndexVector.Uint8Vector: np.uint8}
 
 
-def _bad(message: str) -> NnError:
-    return NnError(ResultCode.BAD_DATA, message)
+def _in(subgraph: int) -> str:
+    """How messages place a tensor or operator: "subgraph 2 " outside the main subgraph, nothing in it."""
+    return f"subgraph {subgraph} " if subgraph else ""
+
+
+def _bad(message: str) -> BadModel:
+    return BadModel(message)
 
 
 @dataclass
@@ -60,6 +83,25 @@ class Quant:
 
 
 @dataclass
+class SparseLevel:
+    """One level of a sparse tensor's traversal: DENSE (`dense_size` indices) or SPARSE_CSR."""
+
+    format: int
+    dense_size: int = 0
+    segments: np.ndarray | None = None
+    indices: np.ndarray | None = None
+
+
+@dataclass
+class Sparsity:
+    """TFLite SparsityParameters: the traversal order, the blocked dimensions, one level per entry."""
+
+    traversal_order: list[int]
+    block_map: list[int]
+    levels: list[SparseLevel]
+
+
+@dataclass
 class FlatTensor:
     index: int
     name: str
@@ -68,13 +110,18 @@ class FlatTensor:
     buffer: int
     quant: Quant | None
     is_variable: bool
-    sparsity: Any | None            # tflite.SparsityParameters or None
+    sparsity: Sparsity | None
     #: (offset, length) of the constant data in the file, None when the tensor has no data.
     region: tuple[int, int] | None = None
 
     @property
     def dtype(self) -> np.dtype | None:
         return NUMPY_TYPES.get(self.type)
+
+    @property
+    def count(self) -> int:
+        """Number of elements (1 for a scalar; unknown dimensions count as 0)."""
+        return math.prod(max(d, 0) for d in self.shape)
 
     def describe(self) -> str:
         shape = "[" + ",".join(str(d) for d in self.shape) + "]"
@@ -89,11 +136,31 @@ class FlatOperator:
     version: int
     inputs: tuple[int, ...]         # tensor indexes, -1 for an absent optional input
     outputs: tuple[int, ...]
-    options: Any | None             # the parsed builtin options table, or None
+    intermediates: tuple[int, ...] = ()
+    #: The builtin options' type code and table (read through `options`), the custom options' region.
+    options_type: int = 0
+    options_table: Table | None = None
+    custom_options: tuple[int, int] | None = None
+    subgraph: int = 0
 
     @property
     def label(self) -> str:
         return f"CUSTOM:{self.custom_code}" if self.name == "CUSTOM" else self.name
+
+    @property
+    def where(self) -> str:
+        return f"{_in(self.subgraph)}operator {self.index} {self.label}"
+
+    def options(self, name: str):
+        """The builtin options as the generated `tflite.<name>` class (e.g. "Conv2DOptions"), read
+        through checked tables; schema defaults when the file has none; BAD_DATA when the file holds
+        options of another type than the operator takes."""
+        if self.options_type not in (0, OPTION_CODES[name]):
+            raise _bad(f"builtin options are {OPTION_NAMES[self.options_type]}, the operator takes {name}")
+        table = self.options_table if self.options_type else None
+        if table is not None:  # checked when the file was read; named here as the operator's options
+            table = Table(table.Bytes, table.Pos, name)
+        return _options(getattr(tflite, name), table, name)
 
 
 @dataclass
@@ -131,70 +198,48 @@ class FlatModel:
         offset, length = tensor.region
         return memoryview(self.mapping)[offset:offset + length]
 
+    def bytes_at(self, region: tuple[int, int]) -> bytes:
+        return bytes(self.mapping[region[0]:region[0] + region[1]])
+
     def array(self, tensor: FlatTensor) -> np.ndarray | None:
-        """A constant tensor as a read-only numpy view of the file (dense tensors only)."""
+        """A constant tensor as a read-only numpy view of the file (dense tensors only; the parser
+        checked that the region holds exactly the shape's values)."""
         raw = self.data(tensor)
         if raw is None or tensor.dtype is None:
             return None
         arr = np.frombuffer(raw, dtype=tensor.dtype)
-        if tensor.sparsity is None:
-            count = int(np.prod(tensor.shape, dtype=np.int64)) if tensor.shape else 1
-            if arr.size != count:
-                raise _bad(f"tensor {tensor.describe()}: buffer holds {arr.size} values, the shape needs {count}")
-            arr = arr.reshape(tensor.shape)
-        return arr
+        return arr if tensor.sparsity is not None else arr.reshape(tensor.shape)
 
 
-def _vector_region(table, slot: int) -> tuple[int, int] | None:
-    """(absolute offset, length) of a [ubyte] vector field of a flatbuffers table."""
-    import flatbuffers
-    o = flatbuffers.number_types.UOffsetTFlags.py_type(table.Offset(slot))
-    if o == 0:
-        return None
-    return table.Vector(o), table.VectorLen(o)
-
-
-def _quant(t) -> Quant | None:
-    q = t.Quantization()
-    if q is None or q.ScaleLength() == 0:
-        return None
-    scales = np.asarray(q.ScaleAsNumpy(), dtype=np.float32).reshape(-1)
-    zps = np.asarray(q.ZeroPointAsNumpy(), dtype=np.int64).reshape(-1) if q.ZeroPointLength() else np.zeros(1, np.int64)
-    return Quant(scales, zps, int(q.QuantizedDimension()))
-
-
-def _options(op) -> Any | None:
-    code = op.BuiltinOptionsType()
-    cls = _OPTION_CLASSES.get(code)
-    table = op.BuiltinOptions()
-    if cls is None or table is None:
-        return None
-    obj = cls()
-    obj.Init(table.Bytes, table.Pos)
-    return obj
-
-
+# --- opening the file ---------------------------------------------------------------------------------
 def load_flat_model(path: str | os.PathLike) -> FlatModel:
-    """Map and parse a `.tflite` file; BAD_DATA naming the file when it is not a TFLite model.
-    The returned model keeps the file open (`fd`) until `close_fd`."""
+    """Map and parse a `.tflite` file; BAD_DATA naming the file when it cannot be read or is not a
+    well-formed TFLite model. The returned model keeps the file open (`fd`) until `close_fd`."""
     path = os.fspath(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError as e:
         raise _bad(f"cannot open {path}: {e.strerror}") from None
     try:
-        size = os.fstat(fd).st_size
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise _bad(f"cannot read {path}: it is a directory, not a .tflite file")
+        if not stat.S_ISREG(info.st_mode):
+            raise _bad(f"cannot read {path}: not a regular file")
+        size = info.st_size
         if size < 8:
             raise _bad(f"{path} is not a TFLite model ({size} bytes)")
-        mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        try:
+            mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        except (OSError, ValueError) as e:
+            raise _bad(f"cannot map {path}: {e}") from None
         if mapping[4:8] != b"TFL3":
             raise _bad(f"{path} is not a TFLite model (no TFL3 file identifier)")
         try:
-            flat = _parse(path, size, mapping)
-        except NnError:
-            raise
-        except Exception as e:  # a truncated or corrupt flatbuffer
-            raise _bad(f"{path}: malformed TFLite flatbuffer ({type(e).__name__}: {e})") from None
+            flat = _Parser(path, size, mapping).model()
+        except BadModel as e:
+            raise BadModel(f"{os.path.basename(path)}: {e.message}", located=True) from None
     except BaseException:
         os.close(fd)
         raise
@@ -202,52 +247,165 @@ def load_flat_model(path: str | os.PathLike) -> FlatModel:
     return flat
 
 
-def _parse(path: str, size: int, mapping: mmap.mmap) -> FlatModel:
-    model = tflite.Model.GetRootAs(mapping, 0)
-    flat = FlatModel(path, size, mapping, version=model.Version(),
-                     description=(model.Description() or b"").decode("utf-8", "replace"))
-    regions: list[tuple[int, int] | None] = []
-    for b in range(model.BuffersLength()):
-        buf = model.Buffers(b)
-        region = _vector_region(buf._tab, 4)
+# --- the parser -----------------------------------------------------------------------------------------
+class _Parser:
+    """Reads the records of one file; every method validates what it returns."""
+
+    def __init__(self, path: str, size: int, mapping: mmap.mmap) -> None:
+        self.path, self.size, self.mapping = path, size, mapping
+
+    def model(self) -> FlatModel:
+        root = Table(self.mapping, _U32.unpack_from(self.mapping, 0)[0], "model")
+        flat = FlatModel(self.path, self.size, self.mapping, version=root.scalar(0, "version", _U32, 0),
+                         description=root.string(3, "description") or "")
+        regions = [self.buffer(b) for b in root.tables(4, "buffers", "buffer {}")]
+        codes = [self.operator_code(c) for c in root.tables(1, "operator_codes", "operator code {}")]
+        subgraphs = root.tables(2, "subgraphs", "subgraph {}")
+        for s, g in enumerate(subgraphs):
+            flat.subgraphs.append(self.subgraph(s, g, regions, codes))
+        return flat
+
+    def buffer(self, buf: Table) -> tuple[int, int] | None:
+        region = buf.vector_region(0, "data")
         if region is not None and region[1] == 0:
             region = None
-        if region is None and buf.Offset() > 1:  # data stored after the flatbuffer (models > 2 GB)
-            offset, length = int(buf.Offset()), int(buf.Size())
-            if offset + length > size:
-                raise _bad(f"{path}: buffer {b} lies outside the file")
-            region = (offset, length)
-        regions.append(region)
-    codes = []
-    for c in range(model.OperatorCodesLength()):
-        oc = model.OperatorCodes(c)
-        code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
-        custom = oc.CustomCode()
-        codes.append((BUILTIN_NAMES.get(code, f"BUILTIN_{code}"), custom.decode() if custom else None, oc.Version()))
-    for s in range(model.SubgraphsLength()):
-        g = model.Subgraphs(s)
-        tensors = []
-        for i in range(g.TensorsLength()):
-            t = g.Tensors(i)
-            shape = tuple(int(d) for d in t.ShapeAsNumpy()) if t.ShapeLength() else ()
-            buffer = t.Buffer()
-            tensors.append(FlatTensor(
-                i, (t.Name() or b"").decode("utf-8", "replace"), TENSOR_TYPE_NAMES.get(t.Type(), f"TYPE_{t.Type()}"),
-                shape, buffer, _quant(t), bool(t.IsVariable()), t.Sparsity(),
-                regions[buffer] if 0 <= buffer < len(regions) else None))
+        offset, size = buf.scalar(1, "offset", _U64, 0), buf.scalar(2, "size", _U64, 0)
+        if region is None and offset > 1:  # data stored after the flatbuffer (models > 2 GB)
+            if offset + size > self.size:
+                raise _bad(f"{buf.what}: offset {offset} and size {size} lie outside the file ({self.size} bytes)")
+            region = (offset, size) if size else None
+        return region
+
+    def operator_code(self, oc: Table) -> tuple[str, str | None, int]:
+        code = max(oc.scalar(0, "deprecated_builtin_code", _I8, 0), oc.scalar(3, "builtin_code", _I32, 0))
+        custom = oc.string(1, "custom_code")
+        return BUILTIN_NAMES.get(code, f"BUILTIN_{code}"), custom, oc.scalar(2, "version", _I32, 1)
+
+    def subgraph(self, s: int, g: Table, regions: list, codes: list) -> FlatSubgraph:
+        tensors = [self.tensor(s, i, t, regions) for i, t in enumerate(g.tables(0, "tensors", f"{_in(s)}tensor {{}}"))]
+        n = len(tensors)
+        inputs = self.indexes(g, 1, "inputs", n, f"subgraph {s}")
+        outputs = self.indexes(g, 2, "outputs", n, f"subgraph {s}")
         operators = []
-        for k in range(g.OperatorsLength()):
-            op = g.Operators(k)
-            if not 0 <= op.OpcodeIndex() < len(codes):
-                raise _bad(f"{path}: subgraph {s} operator {k} has opcode index {op.OpcodeIndex()} out of range")
-            name, custom, version = codes[op.OpcodeIndex()]
-            operators.append(FlatOperator(
-                k, name, custom, version,
-                tuple(int(i) for i in op.InputsAsNumpy()) if op.InputsLength() else (),
-                tuple(int(i) for i in op.OutputsAsNumpy()) if op.OutputsLength() else (),
-                _options(op)))
-        flat.subgraphs.append(FlatSubgraph(
-            s, (g.Name() or b"").decode("utf-8", "replace"), tensors, operators,
-            tuple(int(i) for i in g.InputsAsNumpy()) if g.InputsLength() else (),
-            tuple(int(i) for i in g.OutputsAsNumpy()) if g.OutputsLength() else ()))
-    return flat
+        for k, op in enumerate(g.tables(3, "operators", f"{_in(s)}operator {{}}")):
+            operators.append(self.operator(s, k, op, n, codes))
+        return FlatSubgraph(s, g.string(4, "name") or "", tensors, operators, inputs, outputs)
+
+    def indexes(self, table: Table, field: int, name: str, n: int, what: str,
+                optional: bool = False) -> tuple[int, ...]:
+        """A vector of tensor indexes, each in [0, n) (or -1 for an omitted optional one)."""
+        v = table.vector(field, name, np.int32)
+        if v is None or not v.size:
+            return ()
+        low = -1 if optional else 0
+        bad = (v < low) | (v >= n)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise _bad(f"{what}: {name}[{k}] is tensor {int(v[k])}, outside the subgraph's {n} tensors")
+        return tuple(int(i) for i in v)
+
+    def tensor(self, s: int, i: int, t: Table, regions: list) -> FlatTensor:
+        name = t.string(3, "name") or ""
+        what = f"{_in(s)}tensor {i} '{name}'"
+        type_code = t.scalar(1, "type", _I8, 0)
+        if type_code not in TENSOR_TYPE_NAMES:
+            raise _bad(f"{what}: type {type_code} is not a TFLite TensorType")
+        kind = TENSOR_TYPE_NAMES[type_code]
+        shape_v = t.vector(0, "shape", np.int32)
+        shape = tuple(int(d) for d in shape_v) if shape_v is not None else ()
+        if len(shape) > MAX_RANK:
+            raise _bad(f"{what}: rank {len(shape)} (at most {MAX_RANK})")
+        if any(d < -1 for d in shape):
+            raise _bad(f"{what}: shape {list(shape)} has a negative dimension")
+        dtype = NUMPY_TYPES.get(kind)
+        count = math.prod(max(d, 0) for d in shape)
+        if count * (dtype.itemsize if dtype is not None else 1) > MAX_TENSOR_BYTES:
+            raise _bad(f"{what}: shape {list(shape)} needs {count} elements, more than NNAPI can address")
+        buffer = t.scalar(2, "buffer", _U32, 0)
+        if buffer >= max(len(regions), 1):
+            raise _bad(f"{what}: buffer {buffer} out of range (the model has {len(regions)} buffers)")
+        region = regions[buffer] if buffer < len(regions) else None
+        quant = self.quant(t.table(4, "quantization"), shape, what)
+        sparse_t = t.table(6, "sparsity")
+        sparsity = self.sparsity(sparse_t) if sparse_t is not None else None
+        if region is not None and sparsity is None and dtype is not None and region[1] != count * dtype.itemsize:
+            raise _bad(f"{what}: buffer {buffer} holds {region[1]} bytes, the shape {list(shape)} of {kind} "
+                       f"needs {count * dtype.itemsize}")
+        if sparsity is not None and region is not None and dtype is not None and region[1] % dtype.itemsize:
+            raise _bad(f"{what}: buffer {buffer} holds {region[1]} bytes, not a whole number of {kind} values")
+        return FlatTensor(i, name, kind, shape, buffer, quant, bool(t.scalar(5, "is_variable", _BOOL, 0)),
+                          sparsity, region)
+
+    def quant(self, q: Table | None, shape: tuple[int, ...], what: str) -> Quant | None:
+        if q is None:
+            return None
+        scales = q.vector(2, "scale", np.float32)
+        if scales is None or scales.size == 0:
+            return None
+        zps = q.vector(3, "zero_point", np.int64)
+        axis = q.scalar(6, "quantized_dimension", _I32, 0)
+        if not np.isfinite(scales).all():
+            raise _bad(f"{what}: quantization scales are not all finite")
+        if zps is None or zps.size == 0:
+            zps = np.zeros(scales.size, np.int64)
+        if zps.size != scales.size:
+            raise _bad(f"{what}: {scales.size} quantization scales but {zps.size} zero points")
+        if scales.size > 1:
+            if not 0 <= axis < len(shape):
+                raise _bad(f"{what}: quantized_dimension {axis} is not a dimension of shape {list(shape)}")
+            if shape[axis] != scales.size:
+                raise _bad(f"{what}: {scales.size} per-channel scales for dimension {axis} of size {shape[axis]}")
+        return Quant(np.array(scales, np.float32), np.array(zps, np.int64), int(axis))
+
+    def sparsity(self, sp: Table) -> Sparsity:
+        order = sp.vector(0, "traversal_order", np.int32)
+        block_map = sp.vector(1, "block_map", np.int32)
+        levels = []
+        for meta in sp.tables(2, "dim_metadata", f"{sp.what} dim_metadata {{}}"):
+            fmt = meta.scalar(0, "format", _I8, _DENSE)
+            if fmt not in (_DENSE, _SPARSE_CSR):
+                raise _bad(f"{meta.what}: format {fmt} is not a DimensionType")
+            level = SparseLevel(fmt, meta.scalar(1, "dense_size", _I32, 0))
+            if fmt == _SPARSE_CSR:
+                level.segments = self.index_vector(meta, 2, "array_segments")
+                level.indices = self.index_vector(meta, 4, "array_indices")
+            levels.append(level)
+        return Sparsity([int(x) for x in order] if order is not None else [],
+                        [int(x) for x in block_map] if block_map is not None else [], levels)
+
+    @staticmethod
+    def index_vector(meta: Table, field: int, name: str) -> np.ndarray:
+        kind = meta.scalar(field, f"{name}_type", _U8, 0)
+        if kind not in _INDEX_TYPES:
+            raise _bad(f"{meta.what}: {name} has index vector type {kind}, not Int32/Uint16/Uint8Vector")
+        table = meta.table(field + 1, name)
+        if table is None:
+            raise _bad(f"{meta.what}: {name} is missing")
+        values = table.vector(0, "values", _INDEX_TYPES[kind])
+        return np.zeros(0, np.int64) if values is None else values.astype(np.int64)
+
+    def operator(self, s: int, k: int, op: Table, n: int, codes: list) -> FlatOperator:
+        opcode = op.scalar(0, "opcode_index", _U32, 0)
+        if opcode >= len(codes):
+            raise _bad(f"{_in(s)}operator {k}: opcode index {opcode} out of range "
+                       f"(the model has {len(codes)} operator codes)")
+        name, custom, version = codes[opcode]
+        flat = FlatOperator(k, name, custom, version, (), (), subgraph=s)
+        what = flat.where
+        flat.inputs = self.indexes(op, 1, "inputs", n, what, optional=True)
+        flat.outputs = self.indexes(op, 2, "outputs", n, what)
+        flat.intermediates = self.indexes(op, 8, "intermediates", n, what)
+        flat.options_type = op.scalar(3, "builtin_options_type", _U8, 0)
+        if flat.options_type not in OPTION_NAMES:
+            raise _bad(f"{what}: builtin_options_type {flat.options_type} is not a TFLite BuiltinOptions")
+        if flat.options_type:
+            flat.options_table = op.table(4, "builtin_options", f"{what} {OPTION_NAMES[flat.options_type]}")
+        flat.custom_options = op.vector_region(5, "custom_options")
+        large_offset, large_size = op.scalar(9, "large_custom_options_offset", _U64, 0), \
+            op.scalar(10, "large_custom_options_size", _U64, 0)
+        if flat.custom_options is None and large_offset > 1:
+            if large_offset + large_size > self.size:
+                raise _bad(f"{what}: large custom options at {large_offset} ({large_size} bytes) lie outside "
+                           f"the file ({self.size} bytes)")
+            flat.custom_options = (large_offset, large_size)
+        return flat

@@ -16,9 +16,15 @@ What the importer does:
   referenced models;
 - operators NNAPI 1.3 lacks are decomposed (SQUARED_DIFFERENCE, GELU, LEAKY_RELU, quantized
   operations NNAPI only has in float through DEQUANTIZE → float → QUANTIZE, FULLY_CONNECTED with
-  per-channel weights as a 1×1 CONV_2D) or mapped to the later NNAPI operation (BATCH_MATMUL);
+  per-channel weights as a 1×1 CONV_2D, the full-integer UNIDIRECTIONAL_SEQUENCE_LSTM as one
+  QUANTIZED_LSTM per time step) or mapped to the later NNAPI operation (BATCH_MATMUL); MediaPipe's
+  custom Convolution2DTransposeBias is TRANSPOSE_CONV_2D with its bias;
 - a model with operators that cannot be mapped raises one `UnsupportedOperatorsError` naming
-  every such operator with its subgraph, index and inputs.
+  every such operator with its subgraph, index and inputs;
+- the file is read through a validating layer (`_flatbuffer.py`, `_tflite_schema.py`): whatever is
+  malformed (an offset, a length, an index, an enum, an options table, a shape, quantization arrays,
+  sparsity metadata, a control-flow reference) is one `NnError(BAD_DATA)` naming the tensor,
+  operator or field at fault, raised before anything is allocated from it.
 """
 from __future__ import annotations
 
@@ -31,14 +37,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import tracing
 from .._version import __version__
 from ..hal import NnError, OperandType as T, OperationType as Op, ResultCode
 from ..runtime import Memory, Model
+from ._flatbuffer import BadModel
 from ._tflite_schema import FlatModel, FlatOperator, FlatSubgraph, FlatTensor, load_flat_model
 
 #: Bumped when the mapping changes, so cache tokens derived from a file change too.
-IMPORTER_VERSION = "1"
+IMPORTER_VERSION = "2"
 _COPY_LIMIT = 128  # NNAPI copies values of at most this many bytes (CONSTANT_COPY)
+#: Constants the importer computes rather than references (zero states and biases, densified and
+#: dequantized weights) are bounded by this many bytes, or 16 times the file size if larger, so a
+#: corrupt shape is refused before it is allocated.
+_COMPUTED_FLOOR = 64 << 20
+#: WHILE / IF bodies may nest this deep.
+_MAX_NESTING = 32
+#: Marks an error no validation foresaw (the importer's last guard; the fuzz tests fail on it).
+INTERNAL_ERROR = "an importer defect, please report it"
 
 
 class Unsupported(Exception):
@@ -123,27 +139,42 @@ def load_tflite(path: str | os.PathLike, outputs: list[int | str] | None = None)
 
     `outputs` picks the model outputs among the main subgraph's tensors (indexes or names), e.g.
     intermediate tensors to debug a model; by default they are the subgraph's outputs.
+    A file that cannot be read or is not a well-formed model raises `NnError(BAD_DATA)` naming the
+    tensor, operator or field at fault; operators that cannot be mapped raise
+    `UnsupportedOperatorsError` (an `NnError` too).
     """
+    with tracing.span("import", "import", path=os.fspath(path)):
+        return _load(path, outputs)
+
+
+def _load(path: str | os.PathLike, outputs: list[int | str] | None) -> "ImportedModel":
     flat = load_flat_model(path)
     try:
-        memory = Memory.from_fd(flat.fd, 0, flat.size, prot=mmap.PROT_READ)
-    finally:
-        flat.close_fd()
-    if outputs is not None and flat.subgraphs:
-        main = flat.subgraphs[0]
-        by_name = {t.name: t.index for t in main.tensors}
-        picked = []
-        for o in outputs:
-            if isinstance(o, str):
-                if o not in by_name:
-                    raise NnError(ResultCode.BAD_DATA, f"{flat.path}: no tensor named {o!r}")
-                o = by_name[o]
-            if not 0 <= int(o) < len(main.tensors):
-                raise NnError(ResultCode.BAD_DATA, f"{flat.path}: tensor index {o} out of range")
-            picked.append(int(o))
-        main.outputs = tuple(picked)
-    conv = _Converter(flat, memory)
-    return conv.run()
+        try:
+            memory = Memory.from_fd(flat.fd, 0, flat.size, prot=mmap.PROT_READ)
+        finally:
+            flat.close_fd()
+        if outputs is not None and flat.subgraphs:
+            main = flat.subgraphs[0]
+            by_name = {t.name: t.index for t in main.tensors}
+            picked = []
+            for o in outputs:
+                if isinstance(o, str):
+                    if o not in by_name:
+                        raise NnError(ResultCode.BAD_DATA, f"{flat.path}: no tensor named {o!r}")
+                    o = by_name[o]
+                if not 0 <= int(o) < len(main.tensors):
+                    raise NnError(ResultCode.BAD_DATA, f"{flat.path}: tensor index {o} out of range")
+                picked.append(int(o))
+            main.outputs = tuple(picked)
+        return _Converter(flat, memory).run()
+    except NnError:
+        raise
+    except RecursionError:
+        raise NnError(ResultCode.BAD_DATA, f"{flat.path}: the model nests too deeply to import") from None
+    except Exception as e:  # the last guard: every known failure is validated before it can happen
+        raise NnError(ResultCode.BAD_DATA, f"{flat.path}: cannot import the model ({type(e).__name__}: {e}); "
+                                           f"{INTERNAL_ERROR}") from e
 
 
 # --- operand specifications ------------------------------------------------------------------------
@@ -178,6 +209,8 @@ def _f32(x: float) -> float:
     return float(np.float32(x))
 
 
+_QUANT_RANGES = {"UINT8": (0, 255), "INT8": (-128, 127), "INT16": (-32768, 32767)}
+
 _NUMPY_OF = {T.TENSOR_FLOAT32: np.float32, T.TENSOR_FLOAT16: np.float16, T.TENSOR_INT32: np.int32,
              T.TENSOR_BOOL8: np.bool_, T.TENSOR_QUANT8_ASYMM: np.uint8, T.TENSOR_QUANT8_ASYMM_SIGNED: np.int8,
              T.TENSOR_QUANT8_SYMM: np.int8, T.TENSOR_QUANT8_SYMM_PER_CHANNEL: np.int8,
@@ -196,6 +229,8 @@ class _Converter:
         self.operators: Counter = Counter()
         self.operations: Counter = Counter()
         self._submodels: dict[tuple, Model | None] = {}
+        self._active: list[int] = [0]                  # subgraphs being converted, outermost first
+        self.computed_limit = max(_COMPUTED_FLOOR, 16 * flat.size)
 
     def run(self) -> ImportedModel:
         flat = self.flat
@@ -214,15 +249,32 @@ class _Converter:
                              self.operators, self.operations, flat)
 
     def submodel(self, index: int, input_order: list[int], output_order: list[int]) -> Model | None:
-        """A finished model of subgraph `index` with its inputs / outputs in the given order (None on problems)."""
+        """A finished model of subgraph `index` with its inputs / outputs in the given order (None on problems).
+        A subgraph that is not a valid body (the main one, out of range, one of its own callers) is BAD_DATA."""
+        if not 0 < index < len(self.flat.subgraphs):
+            raise BadModel(f"subgraph index {index} out of range (the model has {len(self.flat.subgraphs)} "
+                           "subgraphs; 0 is the main one)")
+        if index in self._active:
+            raise BadModel(f"subgraph {index} calls itself (through subgraphs {self._active})")
+        if len(self._active) > _MAX_NESTING:
+            raise BadModel(f"control flow nests more than {_MAX_NESTING} subgraphs deep")
         key = (index, tuple(input_order), tuple(output_order))
         if key not in self._submodels:
-            if not 0 < index < len(self.flat.subgraphs):
-                raise Unsupported(f"subgraph index {index} out of range")
+            sub = self.flat.subgraphs[index]
+            for k in input_order:
+                if not 0 <= k < len(sub.inputs):
+                    raise BadModel(f"subgraph {index} has {len(sub.inputs)} inputs, input {k} is needed")
+            for k in output_order:
+                if not 0 <= k < len(sub.outputs):
+                    raise BadModel(f"subgraph {index} has {len(sub.outputs)} outputs, output {k} is needed")
             self._submodels[key] = None
             before = len(self.problems)
-            graph = _graph_class()(self, self.flat.subgraphs[index], input_order, output_order)
-            graph.convert()
+            graph = _graph_class()(self, sub, input_order, output_order)
+            self._active.append(index)
+            try:
+                graph.convert()
+            finally:
+                self._active.pop()
             if len(self.problems) == before:
                 graph.finish()
                 self._submodels[key] = graph.m
@@ -259,6 +311,7 @@ class Graph:
         self._constants: dict[tuple, int] = {}
         self._scalars: dict[tuple, int] = {}
         self._produced: set[int] = set()          # operands written by an operation
+        self._unmapped: set[int] = set()          # TFLite tensors written by operators that could not be mapped
         self.origin: list[tuple[int, str]] = []   # per NNAPI operation: (TFLite operator index, name)
         self._current: FlatOperator | None = None
 
@@ -271,16 +324,51 @@ class Graph:
         return index
 
     def tensor(self, t: int) -> FlatTensor:
+        """TFLite tensor `t` of this subgraph (indexes were checked when the file was read; -1, an
+        omitted optional input, is refused where a tensor is needed)."""
+        if not 0 <= t < len(self.sub.tensors):
+            raise BadModel(f"a required tensor is omitted (index {t})" if t == -1 else
+                           f"tensor index {t} out of range")
         return self.sub.tensors[t]
 
+    def dims(self, t: int, rank: int | tuple[int, ...], what: str) -> tuple[int, ...]:
+        """The (NNAPI) dimensions of tensor `t`, which must have rank `rank` (or one of them) as the
+        operator needs: BAD_DATA naming `what` and the tensor otherwise."""
+        dims = self.spec_of(t).dims
+        ranks = (rank,) if isinstance(rank, int) else rank
+        if len(dims) not in ranks:
+            raise BadModel(f"{what} (tensor {self.tensor(t).describe()}) has rank {len(dims)}, the operator needs "
+                           f"{' or '.join(map(str, ranks))}")
+        return dims
+
+    def check_computed(self, dims, itemsize: int, what: str) -> None:
+        """Refuse, before allocating, a constant of `dims` the importer would compute that is larger
+        than the file justifies."""
+        size = int(np.prod([int(d) for d in dims], dtype=object)) * itemsize
+        if size > self.conv.computed_limit:
+            raise BadModel(f"{what}: a computed constant of shape {list(dims)} ({size} bytes) is larger than "
+                           f"this file can justify ({self.conv.computed_limit} bytes)")
+
+    def zeros(self, spec: Spec, value: int | float = 0) -> int:
+        """A constant operand of `spec` filled with `value` (size checked before allocating)."""
+        np_type = _NUMPY_OF[spec.type]
+        self.check_computed(spec.dims, np.dtype(np_type).itemsize, f"{spec.type.name} constant")
+        return self.const(np.full(spec.dims, value, np_type), spec)
+
     def spec_of(self, t: int) -> Spec:
-        """The NNAPI operand a TFLite tensor becomes."""
+        """The NNAPI operand a TFLite tensor becomes (its quantization checked: BAD_DATA when invalid)."""
         tensor = self.tensor(t)
         dims = tensor.shape or (1,)
         if any(d < 0 for d in dims):
             raise Unsupported(f"tensor {tensor.describe()} has an unknown dimension")
         q = tensor.quant
         kind = tensor.type
+        if q is not None and kind in _QUANT_RANGES:
+            low, high = _QUANT_RANGES[kind]
+            if not np.all(q.scales > 0):
+                raise BadModel(f"tensor {tensor.describe()}: quantization scale {q.scales.min()} is not positive")
+            if np.any(q.zero_points < low) or np.any(q.zero_points > high):
+                raise BadModel(f"tensor {tensor.describe()}: zero point outside the {kind} range [{low}, {high}]")
         if kind == "FLOAT32":
             return Spec(T.TENSOR_FLOAT32, dims)
         if kind == "FLOAT16":
@@ -348,8 +436,11 @@ class Graph:
             return self._constant_tensor(t, want)
         if t not in self.values:
             tensor = self.tensor(t)
-            if tensor.is_variable:  # state of a stateful operator: zeros at the first invocation
-                return self.const(np.zeros(want.dims, _NUMPY_OF[want.type]), want)
+            if tensor.is_variable:  # a stateful operator's state: TFLite resets int8 to the zero point, others to 0
+                return self.zeros(want, want.zero_point if want.type == T.TENSOR_QUANT8_ASYMM_SIGNED else 0)
+            if t not in self._unmapped:
+                raise BadModel(f"tensor {tensor.describe()} is read before any operator writes it (and is neither "
+                               "a constant, a variable nor a subgraph input)")
             # Its producer could not be mapped (already reported): a placeholder keeps going.
             self.values[t] = self.add(self.spec_of(t))
         have_index = self.values[t]
@@ -497,6 +588,9 @@ class Graph:
             except Unsupported as e:
                 self.conv.problems.append(Problem(sub.index, -1, "input", (self.tensor(t).describe(),), str(e)))
                 self.values[t] = self.add(Spec(T.TENSOR_FLOAT32, (1,)))
+            except BadModel as e:
+                raise e if e.located else BadModel(f"{os.path.basename(self.flat.path)}: subgraph {sub.index} input: "
+                                                   f"{e.message}", located=True) from None
         for op in sub.operators:
             self._current = op
             self.conv.operators[op.label] += 1
@@ -504,33 +598,46 @@ class Graph:
                 self.map_operator(op)
             except Unsupported as e:
                 self.conv.problems.append(Problem(sub.index, op.index, op.label, self._describe_inputs(op), str(e)))
+                self._unmapped.update(op.outputs)
+            except BadModel as e:
+                raise e if e.located else BadModel(f"{os.path.basename(self.flat.path)}: {op.where}: {e.message}",
+                                                   located=True) from None
             except NnError as e:
                 self.conv.problems.append(Problem(sub.index, op.index, op.label, self._describe_inputs(op),
                                                   f"rejected: {e.message}"))
+                self._unmapped.update(op.outputs)
         self._current = None
 
     def _describe_inputs(self, op: FlatOperator) -> tuple[str, ...]:
-        return tuple(self.tensor(t).describe() if t >= 0 else "(none)" for t in op.inputs)
+        return tuple(self.sub.tensors[t].describe() if t >= 0 else "(none)" for t in op.inputs)
 
     def finish(self) -> None:
         """Identify inputs and outputs (copying outputs that are not written here) and finish the model."""
         sub = self.sub
+        name = os.path.basename(self.flat.path)
         inputs = [self.values[sub.inputs[k]] for k in self.input_order]
         outputs = []
         for k in self.output_order:
             t = sub.outputs[k]
-            index = self.input(t)
+            try:
+                index = self.input(t)
+            except Unsupported as e:
+                raise UnsupportedOperatorsError(self.flat.path, [Problem(
+                    sub.index, -1, "output", (self.tensor(t).describe(),), str(e))]) from None
+            except BadModel as e:
+                raise e if e.located else BadModel(f"{name}: subgraph {sub.index} output {k}: {e.message}",
+                                                   located=True) from None
             if index not in self._produced or index in outputs or index in inputs:
                 copy = self.add(self.specs[index])
                 self.emit(Op.RESHAPE, [index, self.const_i32(list(self.specs[index].dims))], [copy])
                 index = copy
             outputs.append(index)
-        self.m.identify_inputs_and_outputs(inputs, outputs)
         try:
+            self.m.identify_inputs_and_outputs(inputs, outputs)
             self.m.finish()
         except NnError as e:
-            raise NnError(ResultCode.BAD_DATA, f"{os.path.basename(self.flat.path)}: the imported model is not "
-                                               f"valid: {self._explain(e.message)}") from None
+            raise NnError(ResultCode.BAD_DATA, f"{name}: the imported model is not valid: "
+                                               f"{self._explain(e.message)}") from None
 
     def _explain(self, message: str) -> str:
         """Name the TFLite operator behind an "operation N" of a validation message."""
