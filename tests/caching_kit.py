@@ -1,158 +1,25 @@
-"""Shared pieces of the compilation-caching tests (VTS-BEHAVIOURS section 1).
+"""Test fixtures of the runtime-side caching tests (not checks: the checks every driver must pass live in
+the certification kit, `nnapi.conformance.vts.caching`, with the VTS fixture and the parameter models).
 
-- The two parameter models of the VTS fixture, float32 and quant8, small but with weights over 128
-  bytes so both the model cache and the data cache carry content, plus numpy golden outputs.
-- The 100-operation ADD / MUL chains of the TOCTOU and Replace tests (ADD gives 101, MUL 1).
-- `VtsCache`: the VTS fixture's temporary files `model0..`, `data0..`, `tmp` and handles on them in
-  any access mode; `save` / `retrieve` as the VTS helpers `saveModelToCache` and
-  `prepareModelFromCache`; `run_hal` executes a prepared model through the HAL.
-- `RecordingDriver`: Android's `CachingDriver` of TestCompilationCaching.cpp.
+- `RecordingDriver`: Android's `CachingDriver` of TestCompilationCaching.cpp, for the runtime's side.
+- `VersionedReference`: the reference driver reporting another version string (a driver update).
+- `reference()` / `device_for()`: runtime devices for driver objects, without discovering every plug-in.
+- The workers of the multi-process tests (importable by spawned children).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 import nnapi
-from nnapi import OperandType as T, OperationType as Op
+from nnapi.conformance.vts import device_for
+from nnapi.conformance.vts.models import float_model
 from nnapi.drivers.reference import ReferenceDevice
-from nnapi.hal import (CacheHandles, Capabilities, DataLocation, DeviceInfo, DeviceType, ErrorStatus,
-                       ExecutionPreference, IDevice, MeasureTiming, MemoryPool, NnError, OperandPerformance,
-                       PerformanceInfo, Priority, Request, RequestArgument)
-from nnapi.memory import allocate_ashmem, map_handle
-from nnapi.ops import numpy_dtype
-from nnapi.runtime import Memory
-
-
-# --- the parameter models ---------------------------------------------------------------------------
-@dataclass
-class Subject:
-    name: str
-    model: nnapi.Model
-    inputs: list[np.ndarray]
-    golden: list[np.ndarray]
-    #: Allowed absolute error (quant8: 3, as the VTS relaxes it for the caching tests).
-    tolerance: float
-    keep: list = field(default_factory=list)   # memories the model references
-
-    @property
-    def hal(self):
-        return self.model.to_hal()
-
-
-def float_model(seed: int = 0, n_in: int = 16, n_hidden: int = 32) -> Subject:
-    """x[2, n_in] -> FC(W1 from shared memory, RELU) -> FC(W2) -> + c: weights go to the data cache."""
-    rng = np.random.default_rng(seed)
-    w1 = rng.normal(size=(n_hidden, n_in)).astype(np.float32)
-    b1 = rng.normal(size=n_hidden).astype(np.float32)
-    w2 = rng.normal(size=(4, n_hidden)).astype(np.float32)
-    b2 = rng.normal(size=4).astype(np.float32)
-    c = np.float32(0.5)
-    m = nnapi.Model()
-    x = m.add_operand(T.TENSOR_FLOAT32, (2, n_in))
-    mem = Memory.ashmem(w1.nbytes + 64)
-    mem.mapped().view(64, w1.nbytes)[:] = w1.tobytes()
-    w1_i = m.add_operand(T.TENSOR_FLOAT32, w1.shape)
-    m.set_operand_value_from_memory(w1_i, mem, 64, w1.nbytes)
-    b1_i = m.add_operand(T.TENSOR_FLOAT32, b1.shape)
-    m.set_operand_value(b1_i, b1)
-    relu = m.add_operand(T.INT32)
-    m.set_operand_value(relu, 1)
-    none = m.add_operand(T.INT32)
-    m.set_operand_value(none, 0)
-    h = m.add_operand(T.TENSOR_FLOAT32, (2, n_hidden))
-    m.add_operation(Op.FULLY_CONNECTED, [x, w1_i, b1_i, relu], [h])
-    w2_i = m.add_operand(T.TENSOR_FLOAT32, w2.shape)
-    m.set_operand_value(w2_i, w2)
-    b2_i = m.add_operand(T.TENSOR_FLOAT32, b2.shape)
-    m.set_operand_value(b2_i, b2)
-    y = m.add_operand(T.TENSOR_FLOAT32, (2, 4))
-    m.add_operation(Op.FULLY_CONNECTED, [h, w2_i, b2_i, none], [y])
-    c_i = m.add_operand(T.TENSOR_FLOAT32, (1,))
-    m.set_operand_value(c_i, np.array([c], np.float32))
-    out = m.add_operand(T.TENSOR_FLOAT32, (2, 4))
-    m.add_operation(Op.ADD, [y, c_i, none], [out])
-    m.identify_inputs_and_outputs([x], [out])
-    m.finish()
-    xv = rng.normal(size=(2, n_in)).astype(np.float32)
-    golden = (np.maximum(xv.astype(np.float64) @ w1.T + b1, 0) @ w2.T + b2 + c).astype(np.float32)
-    return Subject("float32", m, [xv], [golden], 1e-4, [mem])
-
-
-def quant8_model(seed: int = 0) -> Subject:
-    """x quant8[2, 16] -> FC(W quant8[16, 16] = 256 bytes, in the data cache) -> ADD constant."""
-    rng = np.random.default_rng(seed)
-    in_s, in_z, w_s, w_z, out_s, out_z = 0.1, 128, 0.05, 120, 0.25, 100
-    wq = rng.integers(80, 160, size=(16, 16), dtype=np.uint8)
-    bq = rng.integers(-200, 200, size=16, dtype=np.int32)
-    cq = rng.integers(90, 110, size=(2, 16), dtype=np.uint8)
-    m = nnapi.Model()
-    x = m.add_operand(T.TENSOR_QUANT8_ASYMM, (2, 16), in_s, in_z)
-    w = m.add_operand(T.TENSOR_QUANT8_ASYMM, (16, 16), w_s, w_z)
-    m.set_operand_value(w, wq)
-    b = m.add_operand(T.TENSOR_INT32, (16,), in_s * w_s, 0)
-    m.set_operand_value(b, bq)
-    none = m.add_operand(T.INT32)
-    m.set_operand_value(none, 0)
-    h = m.add_operand(T.TENSOR_QUANT8_ASYMM, (2, 16), out_s, out_z)
-    m.add_operation(Op.FULLY_CONNECTED, [x, w, b, none], [h])
-    c = m.add_operand(T.TENSOR_QUANT8_ASYMM, (2, 16), out_s, out_z)
-    m.set_operand_value(c, cq)
-    out = m.add_operand(T.TENSOR_QUANT8_ASYMM, (2, 16), out_s, out_z)
-    m.add_operation(Op.ADD, [h, c, none], [out])
-    m.identify_inputs_and_outputs([x], [out])
-    m.finish()
-    xq = rng.integers(100, 156, size=(2, 16), dtype=np.uint8)
-    xf = (xq.astype(np.float64) - in_z) * in_s
-    wf = (wq.astype(np.float64) - w_z) * w_s
-    hf = xf @ wf.T + bq * (in_s * w_s)
-    hq = np.clip(np.round(hf / out_s) + out_z, 0, 255)
-    of = (hq - out_z) * out_s + (cq.astype(np.float64) - out_z) * out_s
-    golden = np.clip(np.round(of / out_s) + out_z, 0, 255).astype(np.uint8)
-    return Subject("quant8", m, [xq], [golden], 3, [])
-
-
-MODELS: dict[str, Callable[[], Subject]] = {"float32": float_model, "quant8": quant8_model}
-
-
-def chain_model(op: Op, quant: bool, length: int = 100) -> Subject:
-    """`length` ADD or MUL operations on [1] tensors, each with its own constant [1] second input and one
-    shared activation scalar 0. Input 1: ADD gives length + 1, MUL gives 1 (quant8 MUL: scale 0.5, value 2)."""
-    m = nnapi.Model()
-    if quant:
-        def tensor():
-            return m.add_operand(T.TENSOR_QUANT8_ASYMM, (1,), 1.0, 0)
-
-        def const():
-            i = m.add_operand(T.TENSOR_QUANT8_ASYMM, (1,), 0.5 if op == Op.MUL else 1.0, 0)
-            m.set_operand_value(i, np.array([2 if op == Op.MUL else 1], np.uint8))
-            return i
-        x_value = np.array([1], np.uint8)
-    else:
-        def tensor():
-            return m.add_operand(T.TENSOR_FLOAT32, (1,))
-
-        def const():
-            i = m.add_operand(T.TENSOR_FLOAT32, (1,))
-            m.set_operand_value(i, np.array([1.0], np.float32))
-            return i
-        x_value = np.array([1.0], np.float32)
-    act = m.add_operand(T.INT32)
-    m.set_operand_value(act, 0)
-    x = tensor()
-    h = x
-    for _ in range(length):
-        out = tensor()
-        m.add_operation(op, [h, const(), act], [out])
-        h = out
-    m.identify_inputs_and_outputs([x], [h])
-    m.finish()
-    expected = length + 1 if op == Op.ADD else 1
-    return Subject(f"{op.name}x{length}", m, [x_value], [np.array([expected], x_value.dtype)], 0)
+from nnapi.hal import (CacheHandles, Capabilities, DeviceInfo, DeviceType, ErrorStatus, IDevice, NnError,
+                       OperandPerformance, PerformanceInfo)
 
 
 def release_empty_pool(model: nnapi.Model) -> None:
@@ -167,95 +34,6 @@ def release_empty_pool(model: nnapi.Model) -> None:
                     os.close(fd)
                 except OSError:
                     pass
-
-
-# --- HAL helpers --------------------------------------------------------------------------------------
-def run_hal(prepared, hal_model, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """Execute synchronously with every input and output in its own ashmem pool."""
-    main = hal_model.main
-    pools, args_in, args_out, outs = [], [], [], []
-    for k, (index, value) in enumerate(zip(main.input_indexes, inputs)):
-        raw = np.ascontiguousarray(value).tobytes()
-        handle = allocate_ashmem(max(1, len(raw)))
-        map_handle(handle).view(0, len(raw))[:] = raw
-        args_in.append(RequestArgument(False, DataLocation(len(pools), 0, len(raw))))
-        pools.append(MemoryPool(handle=handle))
-    for index in main.output_indexes:
-        operand = main.operands[index]
-        n = operand.byte_size()
-        handle = allocate_ashmem(n)
-        args_out.append(RequestArgument(False, DataLocation(len(pools), 0, n)))
-        pools.append(MemoryPool(handle=handle))
-        outs.append((map_handle(handle), n, numpy_dtype(operand.type), operand.dimensions))
-    prepared.execute_synchronously(Request(args_in, args_out, pools), MeasureTiming.NO, None, None)
-    result = [mapped.array(0, n, dtype, dims).copy() for mapped, n, dtype, dims in outs]
-    for p in pools:
-        os.close(p.handle.fds[0])
-    return result
-
-
-def check_outputs(test: Subject, outputs: list[np.ndarray]) -> None:
-    for got, want in zip(outputs, test.golden):
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), atol=test.tolerance, rtol=0)
-
-
-class VtsCache:
-    """The VTS fixture: empty `model{i}`, `data{i}` and `tmp` files and handles opened on them."""
-
-    def __init__(self, root: Path, counts: tuple[int, int]) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.counts = counts
-        self.model = [self.root / f"model{i}" for i in range(counts[0])]
-        self.data = [self.root / f"data{i}" for i in range(counts[1])]
-        self.tmp = self.root / "tmp"
-        for p in (*self.model, *self.data, self.tmp):
-            p.touch()
-        self._fds: list[int] = []
-
-    def open(self, path: Path, mode: int = os.O_RDWR) -> int:
-        flags = mode | (os.O_CREAT if mode != os.O_RDONLY else 0)
-        fd = os.open(path, flags, 0o600)
-        self._fds.append(fd)
-        return fd
-
-    def handles(self, mode: int = os.O_RDWR, *, model: list[Path] | None = None, data: list[Path] | None = None,
-                modes: dict[tuple[str, int], int] | None = None) -> CacheHandles:
-        """Handles on `model` / `data` paths (default the fixture's), `modes[("model"|"data", i)]` overriding."""
-        modes = modes or {}
-        model = self.model if model is None else model
-        data = self.data if data is None else data
-        return CacheHandles(tuple(self.open(p, modes.get(("model", i), mode)) for i, p in enumerate(model)),
-                            tuple(self.open(p, modes.get(("data", i), mode)) for i, p in enumerate(data)))
-
-    def close(self) -> None:
-        for fd in self._fds:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-        self._fds.clear()
-
-
-def save(device: IDevice, test: Subject, handles: CacheHandles, token: bytes):
-    """saveModelToCache: prepare_model with the handles must succeed whatever the handles are."""
-    return device.prepare_model(test.hal, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None,
-                                handles, token)
-
-
-def retrieve(device: IDevice, handles: CacheHandles, token: bytes):
-    """prepareModelFromCache: (ErrorStatus.NONE, model) or (the failure status, None)."""
-    try:
-        return ErrorStatus.NONE, device.prepare_model_from_cache(None, handles, token)
-    except NnError as e:
-        return e.status, None
-
-
-def device_for(driver: IDevice) -> nnapi.Device:
-    """A runtime `Device` for a driver object, without registering it globally."""
-    info = driver.get_info()
-    return nnapi.Device(info.name, info.version, info.type, info.feature_level, driver.get_capabilities(),
-                        tuple(driver.get_number_of_cache_files_needed()), driver)
 
 
 def reference(**kwargs) -> nnapi.Device:

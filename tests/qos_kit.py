@@ -1,11 +1,12 @@
-"""Shared pieces of the quality-of-service tests.
+"""Test fixtures of the reference driver's scheduling tests (not checks: the quality-of-service checks every
+driver must pass live in the certification kit, `nnapi.conformance.vts.qos`).
 
 - `FakeClock`: a monotonic clock that moves only when told (schedulers take it as `clock`).
-- `chain_model`: a float32 chain of ADD / MUL with constants, optionally with one ABS (the "gate")
-  at a chosen place, so a test can hold an execution at a known operation.
+- `chain_model`: the kit's float32 ADD / MUL chain, optionally with one ABS (the "gate") at a chosen place,
+  so a test can hold an execution at a known operation.
 - `Gate` / `patch_abs`: ABS runs a test hook first (block until released, move a fake clock, count).
-- `hal_request` / `run_sync` / `run_async` / `run_fenced`: one HAL execution of a prepared model on
-  numpy inputs, through each executor, returning (status, outputs, shapes, timing).
+- `hal_request` / `run_sync` / `run_async` / `run_fenced`: one HAL execution called straight on the driver
+  from the calling thread (the tests run several at once), returning (status, shapes, timing).
 """
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from typing import Callable
 
 import numpy as np
 
-import nnapi
-from nnapi import OperandType as T, OperationType as Op
+from nnapi import OperationType as Op
+from nnapi.conformance.vts.models import alternating_chain as chain_model  # noqa: F401  (used by the tests)
 from nnapi.hal import (DataLocation, ErrorStatus, MeasureTiming, MemoryPool, NnError, Request, RequestArgument,
                        Timing)
 from nnapi.ops import numpy_dtype, registry
@@ -39,29 +40,6 @@ class FakeClock:
     def advance(self, ns: int) -> None:
         with self._lock:
             self._now += ns
-
-
-def chain_model(n: int = 20, size: int = 16, gate_at: int | None = None, seed: int = 0) -> nnapi.Model:
-    """x -> n operations alternating ADD and MUL with random constants; ABS after operation `gate_at`."""
-    rng = np.random.default_rng(seed)
-    m = nnapi.Model()
-    x = m.add_operand(T.TENSOR_FLOAT32, (size,))
-    act = m.add_operand(T.INT32)
-    m.set_operand_value(act, 0)
-    cur = x
-    for k in range(n):
-        c = m.add_operand(T.TENSOR_FLOAT32, (size,))
-        m.set_operand_value(c, rng.uniform(0.5, 1.5, size).astype(np.float32))
-        y = m.add_operand(T.TENSOR_FLOAT32, (size,))
-        m.add_operation(Op.ADD if k % 2 == 0 else Op.MUL, [cur, c, act], [y])
-        cur = y
-        if gate_at is not None and k == gate_at:
-            z = m.add_operand(T.TENSOR_FLOAT32, (size,))
-            m.add_operation(Op.ABS, [cur], [z])
-            cur = z
-    m.identify_inputs_and_outputs([x], [cur])
-    m.finish()
-    return m
 
 
 class Gate:

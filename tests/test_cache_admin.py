@@ -13,7 +13,10 @@ from nnapi.runtime.cache_admin import (STALE_SECONDS, engine_directory, is_engin
                                        prune_cache, verify_cache)
 from nnapi.runtime.cache_files import token_from_name
 
-from caching_kit import VersionedReference, device_for, float_model, reference
+from nnapi.conformance.vts import device_for
+from nnapi.conformance.vts.models import float_model
+
+from caching_kit import VersionedReference, reference
 
 TOKEN = bytes(range(32))
 

@@ -10,7 +10,10 @@ import nnapi
 from nnapi.caching import CachingEngine
 from nnapi.drivers.reference import ReferenceDevice
 
-from caching_kit import reference, device_for, float_model
+from nnapi.conformance.vts import device_for
+from nnapi.conformance.vts.models import float_model
+
+from caching_kit import reference
 
 TOKEN = bytes(range(32))
 

@@ -20,7 +20,9 @@ import pytest
 
 import nnapi
 
-from caching_kit import reference, compile_and_run_worker, engine_compile_worker, engine_worker, float_model
+from nnapi.conformance.vts.models import float_model
+
+from caching_kit import reference, compile_and_run_worker, engine_compile_worker, engine_worker
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 TOKEN = bytes(range(32))
@@ -60,7 +62,8 @@ KILLED_SAVE = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     import nnapi
     import nnapi.caching.artifacts as artifacts
-    from caching_kit import float_model, reference
+    from nnapi.conformance.vts.models import float_model
+    from caching_kit import reference
     calls = []
 
     def slow_write(fd, data):   # truncate, write half, then stall mid-file: the parent kills us here
@@ -129,7 +132,8 @@ COMPILE_TWICE = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     import numpy as np
     import nnapi
-    from caching_kit import float_model, reference
+    from nnapi.conformance.vts.models import float_model
+    from caching_kit import reference
     test = float_model(n_in={n_in}, n_hidden={n_hidden})
     if {fsize_limit}:
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)     # a write past the limit fails with EFBIG instead

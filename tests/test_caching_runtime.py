@@ -22,8 +22,10 @@ devices_module = importlib.import_module("nnapi.runtime.devices")
 from nnapi.runtime.cache_files import (NDK_PRIORITY, base_name, cache_paths, content_fingerprint, device_token,
                                        token_from_name)
 
-from caching_kit import (RecordingDriver, VersionedReference, device_for, float_model, reference,
-                         release_empty_pool)
+from nnapi.conformance.vts import device_for
+from nnapi.conformance.vts.models import float_model
+
+from caching_kit import RecordingDriver, VersionedReference, reference, release_empty_pool
 from conftest import CTS, add_relu_model
 
 TOKEN = bytes(range(32))

@@ -11,11 +11,22 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 import nnapi
 from nnapi import Memory, MemoryDesc, OperandType as T, OperationType as Op
-from nnapi.hal import (BufferDesc, BufferRole, DataLocation, ErrorStatus, MeasureTiming, MemoryPool, NnError,
-                       Request, RequestArgument)
+from nnapi.drivers.reference import ReferenceDevice
+from nnapi.hal import (BufferDesc, BufferRole, DataLocation, ErrorStatus, ExecutionPreference, MeasureTiming, MemoryPool,
+                       NnError, Priority, Request, RequestArgument)
 from nnapi.memory import HardwareBuffer, HardwareBufferFormat, allocate_ashmem, map_handle
 
-from memory_kit import device, prepare
+_DEVICE = ReferenceDevice()
+
+
+def device() -> ReferenceDevice:
+    return _DEVICE
+
+
+def prepare(model: nnapi.Model):
+    return _DEVICE.prepare_model(model.to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, None,
+                                 None)
+
 
 FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])

@@ -1,5 +1,9 @@
-"""Memory pools: the memory kinds and hardware buffers (M1-M5), request validation through the
-reference driver (VTS-BEHAVIOURS 2.1, 2.2), the runtime's checks (2.3) and zero-copy.
+"""Memory pools: the memory kinds and hardware buffers (M1-M5), the reference driver's answers to memory it
+cannot map, the runtime's checks (VTS-BEHAVIOURS 2.3) and zero-copy.
+
+Request validation in the driver (2.2) and every memory kind as constants and execution I/O through each
+executor (2.1) are checks of the certification kit (`nnapi.conformance.vts.memory`), run on the reference
+driver by test_vts_reference.py.
 """
 from __future__ import annotations
 
@@ -12,13 +16,17 @@ import pytest
 import nnapi
 from nnapi import (HardwareBuffer, HardwareBufferFormat as Fmt, HardwareBufferUsage as Usage, Memory,
                    OperandType as T, OperationType as Op, ResultCode)
-from nnapi.hal import (DataLocation, ErrorStatus, MeasureTiming, MemoryHandle, MemoryPool, NnError, OperandLifeTime,
-                       Request, RequestArgument)
-from nnapi.memory import (MappedImage, allocate_ashmem, can_map, decode_hardware_buffer, map_handle, map_pool,
-                          mappable_constant_flags, mmap_fd_handle)
+from nnapi.hal import ErrorStatus, MemoryHandle, NnError, OperandLifeTime
+from nnapi.memory import MappedImage, can_map, decode_hardware_buffer, map_handle, map_pool, mappable_constant_flags
 
 from conftest import add_relu_model
-from memory_kit import EXECUTORS, execute, prepare
+
+
+def prepare(model: nnapi.Model):
+    from nnapi.drivers.reference import ReferenceDevice
+    from nnapi.hal import ExecutionPreference, Priority
+    return ReferenceDevice().prepare_model(model.to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM,
+                                           None, None, None)
 
 
 def expect(code: ResultCode, fn, *args, **kwargs):
@@ -222,163 +230,6 @@ def test_large_values_move_to_one_shared_pool_at_finish():
     pool = map_pool(m.to_hal().pools[0])
     loc = operands[large2].location
     np.testing.assert_array_equal(np.frombuffer(pool.view(loc.offset, loc.length), np.float32), np.arange(40))
-
-
-# --- 2.2: request validation in the driver --------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def prepared():
-    return prepare(add_relu_model())
-
-
-@pytest.fixture(scope="module")
-def prepared_dynamic():
-    m = nnapi.Model()
-    a = m.add_operand(T.TENSOR_FLOAT32, (0,))
-    out = m.add_operand(T.TENSOR_FLOAT32, (0,))
-    m.add_operation(Op.RELU, [a], [out])
-    m.identify_inputs_and_outputs([a], [out])
-    m.finish()
-    return prepare(m)
-
-
-def _request(inputs=None, outputs=None, pools=None):
-    """Inputs at [0, 16) and [16, 32) of pool 0, output at [0, 16) of pool 1."""
-    inp, out = allocate_ashmem(32), allocate_ashmem(16)
-    map_handle(inp).write(0, np.ones(8, np.float32))
-    return Request(inputs if inputs is not None else [RequestArgument(False, DataLocation(0, 0, 16)),
-                                                       RequestArgument(False, DataLocation(0, 16, 16))],
-                   outputs if outputs is not None else [RequestArgument(False, DataLocation(1, 0, 16))],
-                   pools if pools is not None else [MemoryPool(handle=inp), MemoryPool(handle=out)])
-
-
-def _arg(pool=0, offset=0, length=16, dims=(), no_value=False):
-    return RequestArgument(no_value, DataLocation(pool, offset, length), tuple(dims))
-
-
-def _all_paths_invalid(prepared_model, request):
-    for executor in EXECUTORS:
-        status, shapes, timing = execute(prepared_model, request, executor)
-        assert status == ErrorStatus.INVALID_ARGUMENT, (executor, status)
-        assert shapes == [] and timing.time_on_device == 2**64 - 1
-
-
-def test_rule1_argument_counts(prepared):
-    _all_paths_invalid(prepared, _request(inputs=[_arg()]))
-    _all_paths_invalid(prepared, _request(inputs=[_arg(), _arg(offset=16), _arg()]))
-    _all_paths_invalid(prepared, _request(outputs=[]))
-
-
-@pytest.mark.parametrize("bad", [_arg(no_value=True), _arg(pool=1, length=0, no_value=True),
-                                 _arg(offset=4, length=0, no_value=True), _arg(length=0, dims=(4,), no_value=True)])
-def test_rule2_no_value_has_an_empty_location(prepared, bad):
-    _all_paths_invalid(prepared, _request(inputs=[bad, _arg(offset=16)]))
-
-
-@pytest.mark.parametrize("bad", [_arg(pool=2), _arg(offset=24), _arg(offset=2**64 - 8, length=24),
-                                 _arg(offset=2**63, length=2**63 + 16)])
-def test_rule3_regions_inside_their_pool(prepared, bad):
-    _all_paths_invalid(prepared, _request(inputs=[_arg(), bad]))
-
-
-def test_rule3_token_pools_have_size_zero(prepared):
-    req = _request()
-    pools = req.pools + [MemoryPool(token=7)]
-    _all_paths_invalid(prepared, _request(outputs=[_arg(pool=2, length=16)], pools=pools))
-    _all_paths_invalid(prepared, _request(outputs=[_arg(pool=2, offset=4, length=0)], pools=pools))
-
-
-def test_rule4_unspecified_dimensions(prepared_dynamic):
-    inp, out = allocate_ashmem(16), allocate_ashmem(16)
-    pools = [MemoryPool(handle=inp), MemoryPool(handle=out)]
-    # input without dimensions for an unknown operand: invalid
-    _all_paths_invalid(prepared_dynamic, Request([_arg()], [_arg(pool=1)], pools))
-    # output without dimensions: fine except fenced
-    req = Request([_arg(dims=(4,))], [_arg(pool=1)], pools)
-    assert execute(prepared_dynamic, req, "sync")[0] == ErrorStatus.NONE
-    assert execute(prepared_dynamic, req, "async")[0] == ErrorStatus.NONE
-    assert execute(prepared_dynamic, req, "fenced")[0] == ErrorStatus.INVALID_ARGUMENT
-    req = Request([_arg(dims=(4,))], [_arg(pool=1, dims=(4,))], pools)
-    assert execute(prepared_dynamic, req, "fenced")[0] == ErrorStatus.NONE
-
-
-def test_rule5_given_dimensions(prepared, prepared_dynamic):
-    _all_paths_invalid(prepared, _request(inputs=[_arg(dims=(2, 2)), _arg(offset=16)]))   # rank differs
-    _all_paths_invalid(prepared, _request(inputs=[_arg(dims=(5,)), _arg(offset=16)]))     # dimension differs
-    inp, out = allocate_ashmem(16), allocate_ashmem(16)
-    pools = [MemoryPool(handle=inp), MemoryPool(handle=out)]
-    _all_paths_invalid(prepared_dynamic, Request([_arg(dims=(0,))], [_arg(pool=1)], pools))  # 0 in an input
-    req = Request([_arg(dims=(4,))], [_arg(pool=1, dims=(0,))], pools)
-    assert execute(prepared_dynamic, req, "sync")[0] == ErrorStatus.NONE
-    assert execute(prepared_dynamic, req, "fenced")[0] == ErrorStatus.INVALID_ARGUMENT
-
-
-@pytest.mark.parametrize("pool", [MemoryPool(), MemoryPool(handle=MemoryHandle("bogus", (0,), (), 16)),
-                                  MemoryPool(token=0), MemoryPool(handle=MemoryHandle("ashmem", (-1,), (), 16))])
-def test_rule6_every_pool_is_valid(prepared, pool):
-    req = _request()
-    _all_paths_invalid(prepared, _request(pools=req.pools + [pool]))
-
-
-def test_rule7_fenced_rules(prepared):
-    # null fence
-    fence_status = execute(prepared, _request(), "fenced")[0]
-    assert fence_status == ErrorStatus.NONE
-    with pytest.raises(NnError) as e:
-        prepared.execute_fenced(_request(), [-1], MeasureTiming.NO, None, None, None)
-    assert e.value.status == ErrorStatus.INVALID_ARGUMENT
-    # zero-sized outputs
-    m = nnapi.Model()
-    a = m.add_operand(T.TENSOR_FLOAT32, (0,))
-    out = m.add_operand(T.TENSOR_FLOAT32, (0,))
-    m.add_operation(Op.RELU, [a], [out])
-    m.identify_inputs_and_outputs([a], [out])
-    m.finish()
-    zero = prepare(m)
-    inp, o = allocate_ashmem(4), allocate_ashmem(4)
-    req = Request([_arg(length=0, dims=(0,))], [_arg(pool=1, length=0, dims=(0,))],
-                  [MemoryPool(handle=inp), MemoryPool(handle=o)])
-    assert execute(zero, req, "fenced")[0] == ErrorStatus.INVALID_ARGUMENT
-
-
-def test_rule8_the_driver_never_writes_inputs(prepared, tmp_path):
-    """Inputs may be read-only memory (mmap_fd PROT_READ) and stay unchanged."""
-    path = tmp_path / "in.bin"
-    path.write_bytes(np.array([1, -2, 3, -4, 1, 1, 1, 1], np.float32).tobytes())
-    fd = os.open(path, os.O_RDONLY)
-    handle = mmap_fd_handle(fd, 0, 32, mmap.PROT_READ)
-    os.close(fd)
-    out = allocate_ashmem(16)
-    req = Request([_arg(), _arg(offset=16)], [_arg(pool=1)], [MemoryPool(handle=handle), MemoryPool(handle=out)])
-    for executor in EXECUTORS:
-        assert execute(prepared, req, executor)[0] == ErrorStatus.NONE
-    assert path.read_bytes() == np.array([1, -2, 3, -4, 1, 1, 1, 1], np.float32).tobytes()
-    np.testing.assert_array_equal(map_handle(out).array(0, 16, np.float32, (4,)), [2, 0, 4, 0])
-    # a read-only pool cannot receive an output
-    req = Request([_arg(), _arg(offset=16)], [_arg(pool=0)], [MemoryPool(handle=handle)])
-    assert execute(prepared, req, "sync")[0] == ErrorStatus.INVALID_ARGUMENT
-
-
-def test_hardware_buffer_pools_in_requests(prepared):
-    """HAL 1.2+: BLOB pools like ashmem; non-BLOB pools whole (offset = length = 0)."""
-    blob = HardwareBuffer(32)
-    blob.write(np.array([1, -2, 3, -4, 1, 1, 1, 1], np.float32).tobytes())
-    image = HardwareBuffer(2, 2, 1, Fmt.R8G8B8A8_UNORM, stride=3)
-    req = Request([_arg(), _arg(offset=16)], [_arg(pool=1, length=0)],
-                  [MemoryPool(handle=blob.handle), MemoryPool(handle=image.handle)])
-    for executor in EXECUTORS:
-        assert execute(prepared, req, executor)[0] == ErrorStatus.NONE
-    np.testing.assert_array_equal(np.frombuffer(image.read(), np.float32), [2, 0, 4, 0])
-    _all_paths_invalid(prepared, Request([_arg(), _arg(offset=16)], [_arg(pool=1, length=16)],
-                                         [MemoryPool(handle=blob.handle), MemoryPool(handle=image.handle)]))
-    small = HardwareBuffer(1, 2, 1, Fmt.R8G8B8A8_UNORM)          # 8 bytes for a 16-byte output
-    req = Request([_arg(), _arg(offset=16)], [_arg(pool=1, length=0)],
-                  [MemoryPool(handle=blob.handle), MemoryPool(handle=small.handle)])
-    status, shapes, _ = execute(prepared, req, "sync")
-    assert status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and not shapes[0].is_sufficient
-    wrong_input = HardwareBuffer(1, 2, 1, Fmt.R8G8B8A8_UNORM)
-    req = Request([_arg(pool=1, length=0), _arg(offset=16)], [_arg(length=16)],
-                  [MemoryPool(handle=blob.handle), MemoryPool(handle=wrong_input.handle)])
-    _all_paths_invalid(prepared, req)
 
 
 # --- 2.3: the runtime's checks --------------------------------------------------------------------------------
