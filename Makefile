@@ -7,10 +7,10 @@ SHARED ?= ../shared
 
 .PHONY: run test test-all fuzz cts clean
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench,plot]'
 	touch $(STAMP)
 
 run: $(STAMP)

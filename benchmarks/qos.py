@@ -21,7 +21,10 @@ Three figures, one run, side by side:
 
 Everything goes through the HAL (`execute_synchronously`) of `ReferenceDevice`s made here, so the
 figures are the scheduler's, not the runtime's. usage: python benchmarks/qos.py [--runs N]
-[--think-ms T]. The last line printed is one JSON object holding every figure.
+[--think-ms T] [--plot FILE.png]. The last line printed is one JSON object holding every figure.
+`--plot` draws every execution's latency over time per priority (HIGH, and the LOW background load)
+in each configuration, the HIGH latency distributions side by side, and the deadline misses of
+sections 2 and 3 (needs matplotlib: pip install 'nnapi[plot]').
 """
 from __future__ import annotations
 
@@ -46,6 +49,8 @@ FAST = ExecutionPreference.FAST_SINGLE_ANSWER
 WORKERS = 2
 HIGH_OPS, HIGH_SIZE = 40, 4096
 LOW_OPS, LOW_SIZE = 400, 16384
+#: The start of the run: execution timelines count from here.
+ORIGIN = time.perf_counter()
 
 
 def chain(n: int, size: int, seed: int) -> nnapi.Model:
@@ -139,6 +144,8 @@ class Setup:
             self.high.execute_synchronously(self.req, MeasureTiming.NO, None, None)
         self.expected = self.out.copy()
         self.latencies: list[float] = []
+        #: Every execution while measuring: (priority, start in seconds since ORIGIN, milliseconds).
+        self.timeline: list[tuple[str, float, float]] = []
         self.low_runs = 0
         self.loaded_s = 0.0
 
@@ -151,7 +158,9 @@ class Setup:
             lx = np.random.default_rng(k).normal(size=LOW_SIZE).astype(np.float32)
             lreq = request([lx], np.zeros(LOW_SIZE, np.float32))
             while not stop.is_set():
+                begin = time.perf_counter()
                 self.low.execute_synchronously(lreq, MeasureTiming.NO, None, None)
+                self.timeline.append(("LOW", begin - ORIGIN, (time.perf_counter() - begin) * 1000))
                 counts[k] += 1
 
         streams = [threading.Thread(target=low_stream, args=(k,), daemon=True) for k in range(2)] if loaded else []
@@ -164,6 +173,7 @@ class Setup:
             start = time.perf_counter()
             self.high.execute_synchronously(self.req, MeasureTiming.NO, None, None)
             self.latencies.append((time.perf_counter() - start) * 1000)
+            self.timeline.append(("HIGH", start - ORIGIN, self.latencies[-1]))
             time.sleep(think_s)
         if loaded:
             self.loaded_s += time.perf_counter() - start_all
@@ -180,7 +190,7 @@ class Setup:
                 "preemptions": self.device.scheduler.snapshot()["preemptions"]}
 
 
-def refusal_time(high_model, calls: int) -> dict:
+def refusal_time(high_model, calls: int, record: list[float] | None = None) -> dict:
     device = ReferenceDevice(workers=WORKERS)
     high = device.prepare_model(high_model.to_hal(), FAST, Priority.HIGH, None, None, None)
     x = np.zeros(HIGH_SIZE, np.float32)
@@ -197,11 +207,13 @@ def refusal_time(high_model, calls: int) -> dict:
         except NnError as e:
             assert e.status == ErrorStatus.MISSED_DEADLINE_PERSISTENT, e
         times.append((time.perf_counter_ns() - start) / 1e6)
+    if record is not None:
+        record.extend(times)
     return {"p50_ms": percentile(times, 50), "p99_ms": percentile(times, 99), "max_ms": max(times),
             "budget_ms": budget / 1e6, "fastest_run_ms": high.stats.lower_ns() / 1e6}
 
 
-def abort_lag(repeats: int, deadline_ms: float = 100.0) -> dict:
+def abort_lag(repeats: int, deadline_ms: float = 100.0, record: list[float] | None = None) -> dict:
     device = ReferenceDevice(workers=WORKERS)
     model = while_model()
     prepared = device.prepare_model(model.to_hal(), FAST, Priority.MEDIUM, None, None, None)
@@ -220,6 +232,8 @@ def abort_lag(repeats: int, deadline_ms: float = 100.0) -> dict:
         except NnError as e:
             assert e.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT, e
         lags.append((time.monotonic_ns() - deadline) / 1e6)
+    if record is not None:
+        record.extend(lags)
     return {"p50_ms": percentile(lags, 50), "max_ms": max(lags), "deadline_ms": deadline_ms,
             "quick_run_ms": prepared.stats.lower_ns() / 1e6}
 
@@ -228,7 +242,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=300, help="high-priority executions per configuration")
     parser.add_argument("--think-ms", type=float, default=2.0, help="pause between high-priority executions")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw latency over time per priority and the deadline "
+                                                          "misses to this file (needs matplotlib)")
     args = parser.parse_args()
+    if args.plot:
+        check_plot_file(parser, args.plot)
     t0 = time.perf_counter()
     high_model, low_model = chain(HIGH_OPS, HIGH_SIZE, 1), chain(LOW_OPS, LOW_SIZE, 2)
     think = args.think_ms / 1000
@@ -243,8 +261,10 @@ def main() -> None:
         for name, setup in setups.items():
             setup.measure(name != "alone", per_round, think)
     alone, qos, fifo = (setups[k].summary() for k in ("alone", "qos", "fifo"))
-    refuse = refusal_time(high_model, 2000)
-    lag = abort_lag(10)
+    refusals: list[float] = []
+    lags: list[float] = []
+    refuse = refusal_time(high_model, 2000, refusals)
+    lag = abort_lag(10, record=lags)
 
     low_alone = ReferenceDevice(workers=WORKERS).prepare_model(low_model.to_hal(), FAST, Priority.LOW, None, None,
                                                                None)
@@ -292,7 +312,94 @@ def main() -> None:
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
     }
+    if args.plot:
+        plot(setups, alone, refusals, lags, lag["deadline_ms"], args.plot)
+        print(f"plot written to {args.plot}")
     print(json.dumps(result))
+
+
+def check_plot_file(parser: argparse.ArgumentParser, path: str) -> None:
+    """--plot: a .png/.svg/.pdf in a writable folder, and matplotlib installed (before any work)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.splitext(path)[1].lower() not in (".png", ".svg", ".pdf"):
+        parser.error(f"--plot {path}: the file must end in .png, .svg or .pdf")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        parser.error(f"--plot {path}: folder {folder} does not exist or is not writable")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        parser.error("--plot needs matplotlib: pip install 'nnapi[plot]'")
+
+
+def plot(setups: dict, alone: dict, refusals: list[float], lags: list[float], deadline_ms: float,
+         path: str) -> None:
+    """Latency over time per priority in each configuration (the LOW background load and the HIGH runs,
+    the QoS goal line), the HIGH latency distributions, and the deadline misses: predicted misses
+    refused before starting, and runs aborted after their deadline."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8.5))
+    goal = 1.5 * alone["p99_ms"]
+    titles = {"alone": "HIGH alone (idle device)", "qos": "under load, QoS scheduler",
+              "fifo": "under load, FIFO baseline"}
+    colours = {"HIGH": "tab:blue", "LOW": "tab:orange"}
+    top = max((ms for setup in setups.values() for _, _, ms in setup.timeline), default=1.0)
+    for ax, (name, setup) in zip(axes[0], setups.items()):
+        for priority in ("LOW", "HIGH"):
+            points = [(t, ms) for p, t, ms in setup.timeline if p == priority]
+            if points:
+                ax.plot([t for t, _ in points], [ms for _, ms in points], "o", ms=2.5, alpha=0.6,
+                        color=colours[priority], label=f"{priority} ({len(points)} runs)")
+        over = [(t, ms) for p, t, ms in setup.timeline if p == "HIGH" and ms > goal]
+        if over:
+            ax.plot([t for t, _ in over], [ms for _, ms in over], "x", color="red", ms=6,
+                    label=f"HIGH over the goal ({len(over)})")
+        ax.axhline(goal, color="red", ls="--", lw=1, label=f"goal: 1.5x p99 alone ({goal:.2f} ms)")
+        ax.set_yscale("log")
+        ax.set_ylim(top=top * 2)
+        ax.set_title(titles.get(name, name))
+        ax.set_xlabel("seconds since the benchmark started")
+        ax.set_ylabel("latency (ms, log scale)")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    ax = axes[1][0]
+    for name, setup in setups.items():
+        values = sorted(ms for p, _, ms in setup.timeline if p == "HIGH")
+        if values:
+            ax.plot(values, [(k + 1) / len(values) for k in range(len(values))], label=titles.get(name, name))
+    ax.axvline(goal, color="red", ls="--", lw=1, label="goal")
+    ax.set_xscale("log")
+    ax.set_xlabel("HIGH latency (ms, log scale)")
+    ax.set_ylabel("fraction of runs at or below")
+    ax.set_title("HIGH-priority latency, cumulative")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    ax = axes[1][1]
+    if refusals:
+        low, high = max(min(refusals), 1e-4), max(max(refusals), 1.5)
+        ax.hist(refusals, bins=np.geomspace(low, high, 40), color="tab:purple", alpha=0.8)
+        ax.axvline(1.0, color="red", ls="--", lw=1, label="goal < 1 ms")
+        ax.set_xscale("log")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("time to refuse (ms, log scale)")
+    ax.set_ylabel("calls")
+    ax.set_title(f"deadline misses predicted and refused ({len(refusals)}, MISSED_DEADLINE_PERSISTENT)", fontsize=10)
+    ax = axes[1][2]
+    runs = list(range(1, len(lags) + 1))
+    ax.barh(runs, [deadline_ms] * len(lags), color="tab:green", alpha=0.5, label="ran until the deadline")
+    ax.barh(runs, lags, left=deadline_ms, color="tab:red", label="after the deadline (abort lag)")
+    ax.plot([deadline_ms + lag for lag in lags], runs, "x", color="black", label="returned MISSED_DEADLINE_TRANSIENT")
+    ax.axvline(deadline_ms, color="black", lw=1)
+    ax.set_xlim(0, deadline_ms + max(max(lags, default=0.0), 10.0) * 2)
+    ax.set_xlabel("ms since the call")
+    ax.set_ylabel("run")
+    ax.set_title(f"deadline misses aborted while running (deadline {deadline_ms:g} ms)", fontsize=10)
+    ax.legend(fontsize=7, loc="center left")
+    fig.suptitle(f"QoS on the reference driver ({WORKERS} workers, {os.cpu_count()} CPUs)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

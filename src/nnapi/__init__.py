@@ -11,6 +11,7 @@ from .runtime import (CacheOutcome, Compilation, Device, Event, Execution, Memor
 from .memory import HardwareBuffer, HardwareBufferFormat, HardwareBufferUsage
 from .runtime import MemoryDesc
 from .tracing import trace
+from .session import CompiledModel, TensorInfo, load
 
 __all__ = [
     "__version__", "Model", "Compilation", "Execution", "Event", "Memory", "Device", "devices",
@@ -18,4 +19,5 @@ __all__ = [
     "OperationType", "OutputShape", "Priority", "ExecutionPreference", "DeviceType", "FusedActivationFunc",
     "PaddingScheme", "Timing",
     "HardwareBuffer", "HardwareBufferFormat", "HardwareBufferUsage", "MemoryDesc", "trace",
+    "load", "CompiledModel", "TensorInfo",
 ]
