@@ -24,6 +24,7 @@ from ...caching import model_fingerprint
 from ...hal import DeviceInfo, DeviceType, ErrorStatus, Model, NnError
 from ...validation import validate_model
 from ..base import CompileJob, DriverDevice, env_int
+from ..base.device import log
 from .claims import ClaimMemo
 
 NAME = "xla"
@@ -126,8 +127,9 @@ class XlaDevice(DriverDevice):
             flags = [lop is not None for lop in lowered]
         except NnError:
             raise
-        except Exception:  # an analysis failure claims nothing
-            dims, lowered, flags = None, None, [False] * len(model.main.operations)
+        except Exception as e:  # an analysis failure claims nothing, and is not remembered (it may not recur)
+            log.warning("xla: analysis failed, nothing claimed: %s: %s", type(e).__name__, e)
+            return [False] * len(model.main.operations)
         key = model_fingerprint(model)
         self.claims.put(key, flags)
         with self._lock:
