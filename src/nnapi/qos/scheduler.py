@@ -123,6 +123,7 @@ class Ticket:
         self._queued_since = now
         self._yield_at: int | None = None
         self._lent = False           # its slot went to higher-priority work: yield at the next checkpoint
+        self._handoff = False        # it started on a lent slot: let the lender reach its checkpoint first
         self._grant = threading.Event()
         self._ran = False
 
@@ -148,6 +149,8 @@ class Ticket:
                                label=self.label, priority=self.priority.name)
             else:
                 scheduler._wait_for_grant(self)
+            if self._handoff:
+                scheduler._await_handoff(self)
             _local.ticket = self
             result = fn()
             outcome = "ok"
@@ -194,7 +197,8 @@ class Scheduler:
 
     def __init__(self, workers: int | None = None, capacity: int = 256, *,
                  clock: Callable[[], int] = time.monotonic_ns, quantum_ns: int | None = 20_000_000,
-                 exclusive: bool = True, policy: str = "priority", name: str = "driver") -> None:
+                 exclusive: bool = True, policy: str = "priority", name: str = "driver",
+                 handoff_ns: int = 2_000_000) -> None:
         if policy not in ("priority", "fifo"):
             raise ValueError(f"unknown scheduling policy {policy!r}")
         self.workers = max(1, int(workers if workers is not None else (os.cpu_count() or 1)))
@@ -207,6 +211,10 @@ class Scheduler:
         self.quantum_ns = None if self.fifo else quantum_ns
         self.exclusive = exclusive and not self.fifo
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # a running ticket stopped (finished or paused)
+        #: How long work started on a lent slot waits for the lender to pause (0: never waits; for
+        #: drivers whose checkpoints are far apart, such as compiled sub-models).
+        self.handoff_ns = handoff_ns
         self._free = self.workers
         self._apps: dict[int, _App] = {}
         self._running: list[Ticket] = []
@@ -334,6 +342,7 @@ class Scheduler:
                 # thread to be scheduled): it runs now, and the victim gives the slot back when it
                 # pauses, so the slots in use exceed `workers` by at most one operation's time.
                 min(victims, key=lambda t: (t.rank, -t.seq))._lent = True
+                top._handoff = True
                 self._start(app, top, now)
 
     def _start(self, app: _App, ticket: Ticket, now: int) -> None:
@@ -351,7 +360,8 @@ class Scheduler:
         ticket._grant.set()
 
     def _stop(self, ticket: Ticket, now: int) -> None:
-        """End the ticket's running segment: charge its time, free its slot."""
+        """End the ticket's running segment: charge its time, free its slot (the lock is held)."""
+        self._changed.notify_all()
         spent = now - ticket._segment_start
         ticket.run_ns += spent
         ticket.app.vtime += spent
@@ -377,6 +387,22 @@ class Scheduler:
                 t._yield_at = t._segment_start + self.quantum_ns
             else:
                 t._yield_at = None
+
+    def _await_handoff(self, ticket: Ticket) -> None:
+        """Work that started on a slot lent by lower-priority work of its app waits (at most
+        `handoff_ns`) for that work to pause at its next checkpoint, so the two never contend for the
+        CPUs and the interpreter lock while the higher-priority work runs (the waiting itself releases
+        the lock, which lets the lower-priority threads reach their checkpoints at once)."""
+        ticket._handoff = False
+        if not self.handoff_ns:
+            return
+        limit = time.monotonic() + self.handoff_ns / 1e9
+        with self._changed:
+            while any(t.rank < ticket.rank for t in ticket.app.running):
+                left = limit - time.monotonic()
+                if left <= 0:
+                    return
+                self._changed.wait(left)
 
     # --- called by tickets ------------------------------------------------------------------------
     def _wait_for_grant(self, ticket: Ticket) -> None:
