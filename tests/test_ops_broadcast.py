@@ -97,7 +97,8 @@ def test_compile_time_unknown_dimension_is_inferred_from_the_other_input() -> No
     b = Tensor(T.TENSOR_FLOAT32, (4, 1))
     ctx = OpContext(Op.ADD, [a, b, _scalar(0)], [Tensor(T.TENSOR_FLOAT32, ())], compile_time=True)
     assert tuple(reg.prepare(ctx)[0]) == (4, 3)
-    ctx.inputs[1] = Tensor(T.TENSOR_FLOAT32, ())  # unknown rank
+    ctx = OpContext(Op.ADD, [a, Tensor(T.TENSOR_FLOAT32, ()), _scalar(0)],  # input 1: unknown rank
+                    [Tensor(T.TENSOR_FLOAT32, ())], compile_time=True)
     with pytest.raises(UnknownValue):
         reg.prepare(ctx)
 

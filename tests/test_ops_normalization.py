@@ -3,12 +3,14 @@ hand-computed results, Android's quantized L2 arithmetic, and parameter errors."
 from __future__ import annotations
 
 import math
+import threading
 
 import numpy as np
 import pytest
 
+import nnapi
 from nnapi.hal import ErrorStatus, NnError, OperandType as T, OperationType as Op
-from nnapi.ops import OpContext, Tensor, find_operation
+from nnapi.ops import OpContext, Tensor, find_operation, resolve
 from nnapi.ops._quant import inv_sqrt_quantized_multiplier_exp
 
 
@@ -119,6 +121,58 @@ def test_lrn_float16_requires_float16_scalars() -> None:
     with pytest.raises(NnError) as e:
         _run(Op.LOCAL_RESPONSE_NORMALIZATION, ins, Tensor(T.TENSOR_FLOAT16, ()))
     assert e.value.status == ErrorStatus.INVALID_ARGUMENT and "input 2" in e.value.message
+
+
+INT32_MAX = 2**31 - 1
+
+
+def test_lrn_params_clamp_a_radius_beyond_the_depth() -> None:
+    x = _t(np.ones((1, 2, 2, 6), np.float32))
+    ins = [x, _s(INT32_MAX, T.INT32), _s(1.0, T.FLOAT32), _s(0.5, T.FLOAT32), _s(0.75, T.FLOAT32)]
+    p = resolve(OpContext(Op.LOCAL_RESPONSE_NORMALIZATION, ins, [Tensor(T.TENSOR_FLOAT32, (1, 2, 2, 6))],
+                          compile_time=True))
+    assert (p.axis, p.radius, p.bias, p.alpha, p.beta) == (3, 6, 1.0, 0.5, 0.75)
+    ins[1] = _s(2, T.INT32)  # a radius inside the depth is kept
+    assert resolve(OpContext(Op.LOCAL_RESPONSE_NORMALIZATION, ins, [Tensor(T.TENSOR_FLOAT32, ())])).radius == 2
+
+
+def _lrn_model(shape: tuple[int, ...], radius: int) -> nnapi.Model:
+    m = nnapi.Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, shape)
+    y = m.add_operand(T.TENSOR_FLOAT32, shape)
+    scalars = []
+    for v, t in ((radius, T.INT32), (1.0, T.FLOAT32), (0.5, T.FLOAT32), (0.75, T.FLOAT32)):
+        scalars.append(m.add_operand(t))
+        m.set_operand_value(scalars[-1], v)
+    m.add_operation(Op.LOCAL_RESPONSE_NORMALIZATION, [x, *scalars], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+@pytest.mark.parametrize("device", ["reference", "xla"])
+def test_lrn_with_the_largest_radius_runs_at_once_on_every_driver(device) -> None:
+    """Radius 2^31-1 (a legal INT32) once made xla build a 2^32-wide window: ~80 s in one native call
+    that no deadline could stop. A radius past the depth sums the whole depth, so it is clamped."""
+    shape = (1, 2, 2, 6)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            c = nnapi.Compilation(_lrn_model(shape, INT32_MAX), devices=[device], timeout=60).finish()
+            result["y"] = c.execute([x], timeout=60)[0]
+        except BaseException as e:  # reported below
+            result["error"] = e
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(120)  # a watchdog against the unbounded native call, not a speed check
+    assert not worker.is_alive(), f"LRN with radius {INT32_MAX} did not finish on {device}"
+    assert "error" not in result, result.get("error")
+    f = x.astype(np.float64)
+    want = f * (1.0 + 0.5 * (f * f).sum(axis=-1, keepdims=True)) ** -0.75  # the window is the whole depth
+    np.testing.assert_allclose(result["y"], want, rtol=1e-5, atol=1e-6)
 
 
 # --- INSTANCE_NORMALIZATION ---------------------------------------------------------------

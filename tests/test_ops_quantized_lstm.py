@@ -220,3 +220,16 @@ def test_hidden_zero_point_cancels_through_projection() -> None:
     _, _, out0 = _run(_inputs(**kw))
     _, _, out10 = _run(_inputs(**kw, hidden_zp=10))
     assert int(out10[0, 0]) == int(out0[0, 0]) + 10
+
+
+def test_params_resolve_sizes_flags_scalars_and_operand_positions() -> None:
+    from nnapi.ops import resolve
+    ins = _inputs(n_input=3, n_units=2, n_output=2, x=np.zeros((1, 3)), c_prev=np.zeros((1, 2)), cifg=False,
+                  cell_clip=0.5, hidden_zp=200, inter=2.0 ** -10)
+    p = resolve(OpContext(_OP, ins, _outs(), compile_time=True))
+    assert (p.batch, p.input_size, p.num_units, p.output_size) == (1, 3, 2, 2)
+    assert (p.use_cifg, p.use_peephole, p.use_layer_norm, p.use_projection) == (False, False, False, False)
+    assert (p.cell_shift, p.cell_clip, p.intermediate_scales) == (-15, 0.5, (2.0 ** -10,) * 4)
+    assert p.hidden_zero_point == 200 - 256  # read as int8, as Android does
+    assert (p.input_weights, p.output_state_in, p.cell_state_in) == ((1, 2, 3, 4), 18, 19)
+    assert p.out_dims == ((1, 2), (1, 2), (1, 2))

@@ -152,3 +152,11 @@ def test_svdf_by_hand() -> None:
 def test_svdf_bad_rank() -> None:
     _fails(Op.SVDF, _svdf(0), 2, "rank")
     _fails(Op.SVDF, _svdf(3), 2, "rank 3")
+
+
+def test_bidirectional_params_resolve_linking_layout_and_shapes() -> None:
+    from nnapi.ops import resolve
+    ins = _bi(X, aux=[[[10.0], [20.0], [30.0]]], merge=True)
+    p = resolve(OpContext(Op.BIDIRECTIONAL_SEQUENCE_RNN, ins, [Tensor(F32, ())]))
+    assert (p.activation, p.time_major, p.merge_outputs, p.linking) == (0, False, True, "parallel")
+    assert (p.fw_units, p.bw_units, p.out_dims) == (1, 1, ((1, 3, 2),))

@@ -423,3 +423,41 @@ def test_caching_engine_serves_compilations_without_app_caching_info(conv, image
     other = XlaDevice(engine=True)              # another preference is another entry: a miss
     nnapi.Compilation(conv, devices=[_make(other)], preference=nnapi.ExecutionPreference.SUSTAINED_SPEED).finish()
     assert other.engine.stats["misses"] == 1 and other.engine.stats["puts"] == 1
+
+
+# --- the lowering table and its rules -------------------------------------------------------------
+#: Lowered operations with nothing to resolve: every other rule reads `ops.resolve(ctx)`.
+NO_PARAMETERS = {Op.ABS, Op.NEG, Op.EXP, Op.FLOOR, Op.LOG, Op.RSQRT, Op.SIN, Op.SQRT, Op.LOGISTIC, Op.TANH,
+                 Op.CAST, Op.LOGICAL_NOT, Op.SELECT, Op.RANK, Op.IF, Op.WHILE}
+
+
+def _imports(path) -> list[tuple[str, list[str]]]:
+    """(module, names) of every `from X import names` in a source file, made absolute."""
+    import ast
+    out = []
+    package = "nnapi.drivers.xla" + (".rules" if path.parent.name == "rules" else "")
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - max(0, node.level - 1)] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            out.append((module, [a.name for a in node.names]))
+    return out
+
+
+def test_rules_register_themselves_and_read_ops_only_through_public_names():
+    import pathlib
+    from nnapi.drivers.xla import lowering
+    from nnapi.drivers.xla.analysis import LOWERINGS  # the table's reader loads the rules
+    root = pathlib.Path(lowering.__file__).parent
+    # The table imports no rule back; the rules register themselves.
+    assert not any("rules" in module or "control_flow" in module for module, _ in _imports(root / "lowering.py"))
+    for path in [*sorted((root / "rules").glob("*.py")), root / "lowering.py", root / "control_flow.py",
+                 root / "analysis.py"]:
+        for module, names in _imports(path):
+            if module.startswith("nnapi.ops"):
+                private = [p for p in module.split(".") + names if p.startswith("_")]
+                assert not private, f"{path.name} imports private names of ops: {module} {names}"
+    lowered = set(LOWERINGS)
+    assert len(lowered) >= 85  # every operation the one-module table lowered before the split
+    unresolved = {op for op in lowered if nnapi.ops.find_operation(op).params is None}
+    assert unresolved == NO_PARAMETERS

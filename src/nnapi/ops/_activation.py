@@ -19,6 +19,12 @@ _FLOAT_RANGES = {
 }
 
 
+def activation_range(activation: int) -> tuple[float | None, float | None]:
+    """(low, high) clamp a fused activation code puts on float results; None: unbounded on that side.
+    Public (re-exported as `nnapi.ops.activation_range`): lowering tables clamp with it."""
+    return _FLOAT_RANGES[FusedActivationFunc(activation)]
+
+
 def check_activation(op_name: str, value: int) -> FusedActivationFunc:
     """The activation code as an enum; INVALID_ARGUMENT naming the operation when out of range."""
     try:

@@ -66,8 +66,10 @@ class CellIndex:
         return CellIndex(*range(first, first + 17), output_state, cell_state, *ln, *ax)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CellConfig:
+    """One cell's sizes and variant flags (Android's CheckInputTensorDimensions)."""
+
     n_input: int
     n_cell: int
     n_output: int
@@ -174,6 +176,25 @@ def check_state_shapes(ctx: OpContext, ix: CellIndex, cfg: CellConfig, n_batch: 
                           (ix.cell_state_in, (n_batch, cfg.n_cell), "cell state in")):
         if tuple(ctx.inputs[i].dims) != want:
             raise ctx.fail(f"input {i} ({pre}{what}) has shape {list(ctx.inputs[i].dims)}, expected {list(want)}")
+
+
+@dataclass(frozen=True)
+class LstmCellParams:
+    """One LSTM cell of an operation: where each of its operands sits among the operation's inputs
+    (`index`, -1 where the operation has no such operand), its sizes and variant flags (`config`),
+    the activation code (0, 1, 3, 4, 6: NONE, RELU, RELU6, TANH, SIGMOID) and the cell / projection
+    clips (0: no clipping). `weights` loads the operands; `step` runs one time step."""
+
+    index: CellIndex
+    config: CellConfig
+    activation: int
+    cell_clip: float
+    proj_clip: float
+
+    def weights(self, ctx: OpContext, *, use_aux: bool = False, value=None) -> "CellWeights":
+        """The cell's weights (`value(i)` reads input i; default its float32 value in `ctx`)."""
+        return load_weights(ctx, self.index, self.config, self.activation, self.cell_clip, self.proj_clip,
+                            use_aux=use_aux, value=value)
 
 
 def check_params(ctx: OpContext, activation: int, cell_clip: int, proj_clip: int) -> tuple[int, float, float]:

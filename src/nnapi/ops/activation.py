@@ -1,14 +1,34 @@
 """RELU, RELU1, RELU6: clamp activations (float32, float16, quant8 asymm and signed)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from ..hal import OperandType as T, OperationType as Op
+from ..hal import FusedActivationFunc, OperandType as T, OperationType as Op
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 _RANGES = {Op.RELU: (0.0, None), Op.RELU1: (-1.0, 1.0), Op.RELU6: (0.0, 6.0)}
+_CODES = {Op.RELU: FusedActivationFunc.RELU, Op.RELU1: FusedActivationFunc.RELU1,
+          Op.RELU6: FusedActivationFunc.RELU6}
+
+
+@dataclass(frozen=True)
+class ReluParams:
+    """RELU / RELU1 / RELU6 as the fused activation that clamps the same way (its float range:
+    `activation_range(activation)`), and that range itself (None: unbounded on that side)."""
+
+    activation: FusedActivationFunc
+    low: float | None
+    high: float | None
+
+
+@resolver
+def params(ctx: OpContext) -> ReluParams:
+    """The clamp of RELU / RELU1 / RELU6 (no parameters to read)."""
+    return ReluParams(_CODES[ctx.op], *_RANGES[ctx.op])
 
 
 def _validate(ctx: OpContext) -> None:
@@ -35,4 +55,4 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
 
 
 register(Op.RELU, Op.RELU1, Op.RELU6, validate=_validate, prepare=_prepare, execute=_execute,
-         allow_zero_sized_input=True)
+         params=params, allow_zero_sized_input=True)

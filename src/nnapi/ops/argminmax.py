@@ -6,15 +6,25 @@ the first index, as Android's strict comparison does. Quantized inputs compare r
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._axis import check_scalar_axis, scalar_axis
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32,
           T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class ArgMinMaxParams:
+    """ARGMAX / ARGMIN: the reduced axis (non-negative) and the output shape ((1,) for a rank-1 input);
+    ties go to the first occurrence."""
+
+    axis: int
+    out_dims: tuple[int, ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -23,23 +33,30 @@ def _validate(ctx: OpContext) -> None:
     check_scalar_axis(ctx, 1)
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> ArgMinMaxParams:
+    """The resolved ArgMinMaxParams (axis: input 1); INVALID_ARGUMENT for an axis out of range,
+    UnknownValue while it is not constant."""
     dims = ctx.inputs[0].dims
     if not dims:
         raise ctx.fail("input 0 must have rank at least 1")
     axis = scalar_axis(ctx, 1, len(dims))
-    out = dims[:axis] + dims[axis + 1:]
-    return [out or (1,)]
+    out = tuple(dims[:axis]) + tuple(dims[axis + 1:])
+    return ArgMinMaxParams(axis, out or (1,))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return [params(ctx).out_dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    (dims,) = _prepare(ctx)
+    g = params(ctx)
+    dims, axis = g.out_dims, g.axis
     x = ctx.input(0)
-    axis = scalar_axis(ctx, 1, x.ndim)
     if x.size == 0:
         return [np.zeros(dims, np.int32)]
     fn = np.argmax if ctx.op == Op.ARGMAX else np.argmin  # first occurrence on ties
     return [fn(x, axis=axis).astype(np.int32).reshape(dims)]
 
 
-register(Op.ARGMAX, Op.ARGMIN, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.ARGMAX, Op.ARGMIN, validate=_validate, prepare=_prepare, execute=_execute, params=params)

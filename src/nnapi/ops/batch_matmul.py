@@ -10,14 +10,25 @@ reference BatchMatMul does (the output quantization may differ from the inputs')
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._quant import as_float32, requantize
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class BatchMatmulParams:
+    """BATCH_MATMUL: whether x / y have their last two dimensions transposed first, and the output
+    shape [..., rows of x, columns of y] (0: unknown at compile time)."""
+
+    adj_x: bool
+    adj_y: bool
+    out_dims: tuple[int, ...]
 
 
 def _flags(ctx: OpContext) -> tuple[bool, bool]:
@@ -58,13 +69,22 @@ def _output_dims(ctx: OpContext) -> tuple[int, ...]:
     return (*batch, rows, cols)
 
 
+@resolver
+def params(ctx: OpContext) -> BatchMatmulParams:
+    """The resolved BatchMatmulParams; INVALID_ARGUMENT when ranks, inner or batch dimensions differ,
+    UnknownValue while adj_x / adj_y is not constant."""
+    dims = _output_dims(ctx)
+    return BatchMatmulParams(*_flags(ctx), dims)
+
+
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    return [_output_dims(ctx)]
+    return [params(ctx).out_dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
     x, y, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
-    adj_x, adj_y = _flags(ctx)
+    g = params(ctx)
+    adj_x, adj_y = g.adj_x, g.adj_y
     a, b = ctx.input(0), ctx.input(1)
     if adj_x:
         a = np.swapaxes(a, -1, -2)
@@ -81,4 +101,4 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [y32.astype(out.dtype)]
 
 
-register(Op.BATCH_MATMUL, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.BATCH_MATMUL, validate=_validate, prepare=_prepare, execute=_execute, params=params)

@@ -7,6 +7,7 @@ to a common scale), quantized MUL TFLite's MulElementwise, so results match Andr
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -15,7 +16,7 @@ from ..hal import FusedActivationFunc, OperandType as T, OperationType as Op
 from ._activation import apply_float, apply_quant, check_activation, constant_activation
 from ._quant import as_float32, multiply_by_quantized_multiplier, quantize_multiplier
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _FLOAT = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 _QUANT = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
@@ -27,6 +28,15 @@ _TYPES = {
 }
 #: TFLite's headroom for quantized ADD/SUB on 8-bit inputs.
 _ADD_LEFT_SHIFT = 20
+
+
+@dataclass(frozen=True)
+class BroadcastParams:
+    """A two-input element-wise operation: the NumPy-style broadcast output shape (0: unknown at
+    compile time) and the fused activation (NONE for operations that have none)."""
+
+    out_dims: tuple[int, ...]
+    activation: FusedActivationFunc = FusedActivationFunc.NONE
 
 
 def broadcast_dims(ctx: OpContext, a: Sequence[int], b: Sequence[int], *,
@@ -75,6 +85,13 @@ def prepare_broadcast(ctx: OpContext) -> list[tuple[int, ...]]:
     return [broadcast_dims(ctx, ctx.inputs[0].dims, ctx.inputs[1].dims)]
 
 
+@resolver
+def broadcast_params(ctx: OpContext) -> BroadcastParams:
+    """BroadcastParams of a two-input operation without activation (MAXIMUM, MINIMUM, POW, PRELU,
+    comparisons, logical AND / OR); INVALID_ARGUMENT when the shapes do not broadcast."""
+    return BroadcastParams(broadcast_dims(ctx, ctx.inputs[0].dims, ctx.inputs[1].dims))
+
+
 def _validate(ctx: OpContext) -> None:
     ctx.check_counts(3, 1)
     t = ctx.inputs[0].type
@@ -100,11 +117,30 @@ def _validate(ctx: OpContext) -> None:
         broadcast_dims(ctx, ctx.inputs[0].dims, ctx.inputs[1].dims, zeros_unknown=True)
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+def _shape(ctx: OpContext) -> tuple[int, ...]:
     for i in (0, 1):
         if len(ctx.inputs[i].dims) > 4:
             raise ctx.fail(f"input {i} has rank {len(ctx.inputs[i].dims)}, expected at most 4")
-    return [broadcast_dims(ctx, ctx.inputs[0].dims, ctx.inputs[1].dims)]
+    return broadcast_dims(ctx, ctx.inputs[0].dims, ctx.inputs[1].dims)
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    try:  # resolved once for prepare and execute
+        return [params(ctx).out_dims]
+    except UnknownValue:  # the activation is known only at execution: the shape does not need it
+        return [_shape(ctx)]
+
+
+@resolver
+def params(ctx: OpContext) -> BroadcastParams:
+    """ADD / SUB / MUL / DIV: BroadcastParams with the fused activation (input 2) checked (NONE only
+    for TENSOR_INT32); INVALID_ARGUMENT naming the input at fault, UnknownValue while input 2 is not
+    constant."""
+    dims = _shape(ctx)
+    activation = check_activation(ctx.op.name, ctx.scalar(2))
+    if ctx.inputs[0].type == T.TENSOR_INT32 and activation != FusedActivationFunc.NONE:
+        raise ctx.fail(f"input 2: TENSOR_INT32 requires fused activation NONE, got {activation.name}")
+    return BroadcastParams(dims, activation)
 
 
 def _product_scale(s1: float, s2: float) -> float:
@@ -114,13 +150,11 @@ def _product_scale(s1: float, s2: float) -> float:
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
     a, b, out = ctx.inputs[0], ctx.inputs[1], ctx.outputs[0]
-    activation = check_activation(ctx.op.name, ctx.scalar(2))
-    shape = broadcast_dims(ctx, a.dims, b.dims)
+    g = params(ctx)
+    shape, activation = g.out_dims, g.activation
     if 0 in shape:
         return [np.zeros(shape, out.dtype)]
     if a.type == T.TENSOR_INT32:
-        if activation != FusedActivationFunc.NONE:
-            raise ctx.fail(f"input 2: TENSOR_INT32 requires fused activation NONE, got {activation.name}")
         result = _int32(ctx.op, a.value, b.value)
     elif a.type in _QUANT:
         result = _QUANT_KERNELS[ctx.op](ctx, int(activation))
@@ -174,4 +208,4 @@ def _mul_quant(ctx: OpContext, activation: int) -> np.ndarray:
 _QUANT_KERNELS = {Op.ADD: _add_sub_quant, Op.SUB: _add_sub_quant, Op.MUL: _mul_quant}
 
 register(Op.ADD, Op.MUL, Op.SUB, Op.DIV, validate=_validate, prepare=_prepare, execute=_execute,
-         allow_zero_sized_input=True)
+         params=params, allow_zero_sized_input=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
-from .broadcast import broadcast_dims
+from .broadcast import broadcast_dims, broadcast_params
 from .context import OpContext
 from .registry import register
 
@@ -55,4 +55,4 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
 
 
 register(Op.EQUAL, Op.NOT_EQUAL, Op.GREATER, Op.GREATER_EQUAL, Op.LESS, Op.LESS_EQUAL,
-         validate=_validate, prepare=_prepare, execute=_execute)
+         validate=_validate, prepare=_prepare, execute=_execute, params=broadcast_params)

@@ -6,15 +6,27 @@ requantized with TFLite's float formula (ConcatenationWithScaling), as Android d
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._quant import as_float32, round_half_away
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 from .tensor import Tensor
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class ConcatenationParams:
+    """CONCATENATION: the axis (non-negative) and the output shape (0: unknown at compile time);
+    the tensors are inputs 0 .. n_inputs - 1."""
+
+    axis: int
+    n_inputs: int
+    out_dims: tuple[int, ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -70,8 +82,17 @@ def _output_dims(ctx: OpContext, *, zeros_unknown: bool) -> tuple[int, ...]:
     return tuple(out)
 
 
+@resolver
+def params(ctx: OpContext) -> ConcatenationParams:
+    """The resolved ConcatenationParams; INVALID_ARGUMENT naming the input whose rank or dimension
+    disagrees, UnknownValue while the axis (last input) is not constant."""
+    dims = _output_dims(ctx, zeros_unknown=ctx.compile_time)
+    n = len(ctx.inputs) - 1
+    return ConcatenationParams(ctx.scalar(n) % len(dims), n, dims)
+
+
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    return [_output_dims(ctx, zeros_unknown=ctx.compile_time)]
+    return [params(ctx).out_dims]
 
 
 def _requantize(x: Tensor, out: Tensor) -> np.ndarray:
@@ -89,13 +110,12 @@ def _requantize(x: Tensor, out: Tensor) -> np.ndarray:
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
     out = ctx.outputs[0]
-    dims = _output_dims(ctx, zeros_unknown=False)
-    n = len(ctx.inputs) - 1
-    axis = ctx.scalar(n) % len(dims)
+    g = params(ctx)
+    n, axis = g.n_inputs, g.axis
     parts = [ctx.inputs[i] for i in range(n)]
     arrays = [_requantize(x, out) if out.type.is_quantized else x.value for x in parts]
     return [np.concatenate([a.reshape(x.dims) for a, x in zip(arrays, parts)], axis=axis).astype(out.dtype)]
 
 
-register(Op.CONCATENATION, validate=_validate, prepare=_prepare, execute=_execute,
+register(Op.CONCATENATION, validate=_validate, prepare=_prepare, execute=_execute, params=params,
          allow_zero_sized_input=True)

@@ -1,7 +1,7 @@
 """The context an operation's validate / prepare / execute functions receive."""
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -27,7 +27,8 @@ class OpContext:
     """Inputs and declared outputs of one operation.
 
     At compile time (`compile_time=True`) only constants carry a value and dimensions may be
-    0 (unknown); at execution every present input has its value and full dimensions.
+    0 (unknown); at execution every present input has its value and full dimensions. A context is
+    not changed once built: the parameters resolved from it are remembered (`registry.resolver`).
     """
 
     def __init__(self, op: OperationType, inputs: Sequence[Tensor], outputs: Sequence[Tensor],
@@ -40,6 +41,17 @@ class OpContext:
         self.compile_time = compile_time
         #: At execution, runs referenced subgraphs (IF / WHILE bodies) on the same interpreter.
         self.executor = executor
+        self._resolved: tuple[Any, Any] | None = None  # (params function, its result)
+
+    def resolved(self, fn: "Callable[[OpContext], Any]") -> Any:
+        """`fn(self)`, computed once per context and remembered: the operation's resolved parameters
+        (`registry.resolver`), shared by prepare, execute and lowering rules."""
+        memo = self._resolved
+        if memo is not None and memo[0] is fn:
+            return memo[1]
+        result = fn(self)
+        self._resolved = (fn, result)
+        return result
 
     # --- reading inputs -------------------------------------------------------------------
     def input(self, i: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from ..hal import OperationType as Op
 from . import _conv
 from ._padding import from_nhwc, join_dims, out_size, split_dims, to_nhwc
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _COUNTS = (7, 8, 10, 11, 13)
 
@@ -37,6 +37,7 @@ def _validate(ctx: OpContext) -> None:
     _conv.validate_window_conv(ctx, _signature(ctx), channel_dim=0, bias_axis=0)
 
 
+@resolver
 def params(ctx: OpContext) -> Conv2dParams:
     """Check shapes against each other and compute the output size (Android's Conv2D prepare)."""
     sig = _signature(ctx)

@@ -7,14 +7,26 @@ Quantized outputs keep the input's scale and zero point.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._padding import from_nhwc, join_dims, split_dims, to_nhwc
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class DepthSpaceParams:
+    """DEPTH_TO_SPACE / SPACE_TO_DEPTH: the block size, the layout (True: NCHW) and the output shape.
+    Channel blocks are in TFLite order: out[n, h*b + i, w*b + j, c] = in[n, h, w, (i*b + j) * C_out + c]."""
+
+    block: int
+    nchw: bool
+    out_dims: tuple[int, ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -42,7 +54,10 @@ def _block(ctx: OpContext) -> int:
     return b
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> DepthSpaceParams:
+    """The resolved DepthSpaceParams; INVALID_ARGUMENT when the depth (DEPTH_TO_SPACE) or the height
+    and width (SPACE_TO_DEPTH) are not multiples of the block, UnknownValue while a scalar is not constant."""
     dims = ctx.inputs[0].dims
     if len(dims) != 4:
         raise ctx.fail(f"input 0 has rank {len(dims)}, expected 4")
@@ -52,16 +67,19 @@ def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
     if ctx.op == Op.DEPTH_TO_SPACE:
         if c % (b * b):
             raise ctx.fail(f"input 0 depth {c} is not a multiple of block_size^2 = {b * b}")
-        return [join_dims(n, h * b, w * b, c // (b * b), nchw)]
+        return DepthSpaceParams(b, nchw, join_dims(n, h * b, w * b, c // (b * b), nchw))
     if h % b or w % b:
         raise ctx.fail(f"input 0 height {h} and width {w} must be multiples of block_size {b}")
-    return [join_dims(n, h // b, w // b, c * b * b, nchw)]
+    return DepthSpaceParams(b, nchw, join_dims(n, h // b, w // b, c * b * b, nchw))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return [params(ctx).out_dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    _prepare(ctx)
-    nchw = _nchw(ctx)
-    b = _block(ctx)
+    g = params(ctx)
+    nchw, b = g.nchw, g.block
     x = to_nhwc(ctx.input(0), nchw)
     n, h, w, c = x.shape
     if ctx.op == Op.DEPTH_TO_SPACE:
@@ -73,4 +91,5 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [from_nhwc(y, nchw).astype(ctx.outputs[0].dtype)]
 
 
-register(Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.DEPTH_TO_SPACE, Op.SPACE_TO_DEPTH, validate=_validate, prepare=_prepare, execute=_execute,
+         params=params)

@@ -11,20 +11,23 @@ from ..hal import OperationType as Op
 from . import _conv
 from ._padding import from_nhwc, join_dims, out_size, split_dims, to_nhwc
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _COUNTS = (8, 9, 11, 12, 14)
 _EXTRAS = ("depth multiplier",)
 
 
 @dataclass(frozen=True)
-class _Geometry:
-    """Resolved parameters and sizes of one DEPTHWISE_CONV_2D; 0 marks a size unknown at compile time."""
+class DepthwiseConv2dParams:
+    """Resolved parameters and sizes of one DEPTHWISE_CONV_2D; 0 marks a size unknown at compile time.
+    Output channel c * multiplier + m reads input channel c with filter[0, :, :, c * multiplier + m]."""
 
+    #: Padding made explicit, strides, dilations, activation, layout; extras = (multiplier,).
     params: _conv.WindowParams
     batches: int
     channels_in: int
     channels_out: int
+    multiplier: int
     filter_h: int
     filter_w: int
     out_h: int
@@ -44,8 +47,10 @@ def _validate(ctx: OpContext) -> None:
         raise ctx.fail(f"filter (input 1) dimension 0 is {f.dims[0]}, must be 1")
 
 
-def _geometry(ctx: OpContext) -> _Geometry:
-    """Check shapes against each other and compute the output size (Android's DepthwiseConv2D prepare)."""
+@resolver
+def params(ctx: OpContext) -> DepthwiseConv2dParams:
+    """The resolved DepthwiseConv2dParams: shapes checked against each other and the output size
+    computed (Android's DepthwiseConv2D prepare); INVALID_ARGUMENT naming the input at fault."""
     sig = _signature(ctx)
     x, f, b = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
     _conv.check_input_ranks(ctx, (4, 4, 1))
@@ -74,24 +79,24 @@ def _geometry(ctx: OpContext) -> _Geometry:
             ow = out_size(w, fw, p.stride_w, p.pad_left, p.pad_right, p.dilation_w)
         if (h and oh <= 0) or (w and ow <= 0):
             raise ctx.fail(f"the filter does not fit the padded input (output {oh}x{ow})")
-    return _Geometry(p, n, c, o, fh, fw, oh, ow)
+    return DepthwiseConv2dParams(p, n, c, o, multiplier, fh, fw, oh, ow)
 
 
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    g = _geometry(ctx)
+    g = params(ctx)
     return [join_dims(g.batches, g.out_h, g.out_w, g.channels_out, g.params.nchw)]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    g = _geometry(ctx)
+    g = params(ctx)
     p = g.params
     x = to_nhwc(_conv.centered_input(ctx), p.nchw)
     # Output channel k = c * multiplier + m reads input channel c with filter[0, :, :, k].
-    weights = _conv.centered_filter(ctx).reshape(g.filter_h, g.filter_w, g.channels_in, p.extras[0])
+    weights = _conv.centered_filter(ctx).reshape(g.filter_h, g.filter_w, g.channels_in, g.multiplier)
     patches = _conv.extract_patches(x, p, g.filter_h, g.filter_w, g.out_h, g.out_w)
     acc = _conv.depthwise_taps(patches, weights).reshape(g.batches, g.out_h, g.out_w, g.channels_out)
     return [from_nhwc(_conv.finish(ctx, acc, p.activation), p.nchw)]
 
 
-register(Op.DEPTHWISE_CONV_2D, validate=_validate, prepare=_prepare, execute=_execute,
+register(Op.DEPTHWISE_CONV_2D, validate=_validate, prepare=_prepare, execute=_execute, params=params,
          allow_zero_sized_input=True)

@@ -10,7 +10,8 @@ import numpy as np
 from ..hal import OperandType as T, OperationType as Op
 from ._axis import normalize_axis
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
+from .reshape import ReshapeParams
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM,
           T.TENSOR_QUANT8_ASYMM_SIGNED)
@@ -34,15 +35,21 @@ def _axis(ctx: OpContext) -> int:
     return normalize_axis(ctx, ctx.scalar(1), len(ctx.inputs[0].dims) + 1, param="input 1 (axis)")
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> ReshapeParams:
+    """ReshapeParams of EXPAND_DIMS: the inserted axis (input 1, non-negative, counted in the output)
+    and the output shape; INVALID_ARGUMENT when out of range, UnknownValue while not constant."""
     dims = ctx.inputs[0].dims
     axis = _axis(ctx)
-    return [tuple(dims[:axis]) + (1,) + tuple(dims[axis:])]
+    return ReshapeParams(tuple(dims[:axis]) + (1,) + tuple(dims[axis:]), (axis,))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return [params(ctx).out_dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    (dims,) = _prepare(ctx)
-    return [ctx.input(0).reshape(dims).astype(ctx.outputs[0].dtype)]
+    return [ctx.input(0).reshape(params(ctx).out_dims).astype(ctx.outputs[0].dtype)]
 
 
-register(Op.EXPAND_DIMS, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.EXPAND_DIMS, validate=_validate, prepare=_prepare, execute=_execute, params=params)

@@ -5,13 +5,23 @@ TENSOR_INT32 <- INT32 (Android's fill_op). Negative dimensions are invalid.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _VALUE_TYPE = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16, T.TENSOR_INT32: T.INT32}
+
+
+@dataclass(frozen=True)
+class FillParams:
+    """FILL: the output shape (input 0) and the fill value (input 1 as a Python number; None while it
+    is not a constant: then it is known only at execution)."""
+
+    out_dims: tuple[int, ...]
+    value: int | float | None
 
 
 def _validate(ctx: OpContext) -> None:
@@ -40,9 +50,17 @@ def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
     return [_dims(ctx)]
 
 
+@resolver
+def params(ctx: OpContext) -> FillParams:
+    """The resolved FillParams; INVALID_ARGUMENT for a negative dimension, UnknownValue while the
+    shape (input 0) is not constant."""
+    value = ctx.inputs[1].value
+    return FillParams(_dims(ctx), None if value is None else value.reshape(-1)[0].item())
+
+
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    out = ctx.outputs[0]
-    return [np.full(_dims(ctx), ctx.scalar(1), dtype=out.dtype)]
+    g = params(ctx)
+    return [np.full(g.out_dims, g.value, dtype=ctx.outputs[0].dtype)]
 
 
-register(Op.FILL, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.FILL, validate=_validate, prepare=_prepare, execute=_execute, params=params)

@@ -8,16 +8,28 @@ requantizes by input_scale * weights_scale / output_scale, as Android/TFLite do.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..hal import OperandType as T, OperationType as Op
+from ..hal import FusedActivationFunc, OperandType as T, OperationType as Op
 from ._activation import apply_float, apply_quant, check_activation, constant_activation
 from ._quant import as_float32, requantize
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class FullyConnectedParams:
+    """The input seen as [batch, input_size] times weights [num_units, input_size] transposed;
+    output [batch, num_units]. 0 marks a size unknown at compile time."""
+
+    batch: int
+    input_size: int
+    num_units: int
+    activation: FusedActivationFunc
 
 
 def _validate(ctx: OpContext) -> None:
@@ -80,14 +92,27 @@ def _output_dims(ctx: OpContext, *, zeros_unknown: bool) -> tuple[int, int]:
     return batch, num_units or b[0]
 
 
+@resolver
+def params(ctx: OpContext) -> FullyConnectedParams:
+    """The resolved FullyConnectedParams (Android's validateShapes); INVALID_ARGUMENT naming the input
+    at fault, UnknownValue while the activation (input 3) is not constant."""
+    batch, num_units = _output_dims(ctx, zeros_unknown=ctx.compile_time)
+    activation = check_activation(ctx.op.name, ctx.scalar(3))
+    return FullyConnectedParams(batch, ctx.inputs[1].dims[1], num_units, activation)
+
+
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    return [_output_dims(ctx, zeros_unknown=ctx.compile_time)]
+    try:  # resolved once for prepare and execute
+        g = params(ctx)
+        return [(g.batch, g.num_units)]
+    except UnknownValue:  # the activation is known only at execution: the shape does not need it
+        return [_output_dims(ctx, zeros_unknown=ctx.compile_time)]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
     x, w, b, out = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2], ctx.outputs[0]
-    activation = check_activation(ctx.op.name, ctx.scalar(3))
-    batch, num_units = _output_dims(ctx, zeros_unknown=False)
+    g = params(ctx)
+    activation, batch, num_units = g.activation, g.batch, g.num_units
     if batch == 0:
         return [np.zeros((0, num_units), out.dtype)]
     flat = x.value.reshape(batch, w.dims[1])
@@ -100,5 +125,5 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [apply_float(y.astype(np.float32), activation).astype(out.dtype)]
 
 
-register(Op.FULLY_CONNECTED, validate=_validate, prepare=_prepare, execute=_execute,
+register(Op.FULLY_CONNECTED, validate=_validate, prepare=_prepare, execute=_execute, params=params,
          allow_zero_sized_input=True)

@@ -6,15 +6,26 @@ Quantized outputs keep the input's scale and zero point.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._axis import check_scalar_axis, scalar_axis
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM,
           T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class GatherParams:
+    """GATHER: the axis (non-negative) and the output shape
+    (input.dims[:axis] + indices.dims + input.dims[axis+1:]). Constant indices are checked against
+    the axis size here; indices known only at execution are checked by the kernel."""
+
+    axis: int
+    out_dims: tuple[int, ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -43,21 +54,33 @@ def _check_indices(ctx: OpContext, indices: np.ndarray, *, zeros_unknown: bool =
                        f"out of range [0, {size}) for axis {axis}")
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+def _shape(ctx: OpContext) -> GatherParams:
     dims = ctx.inputs[0].dims
     if not dims:
         raise ctx.fail("input 0 must have rank >= 1")
     axis = scalar_axis(ctx, 1, len(dims))
-    return [tuple(dims[:axis]) + tuple(ctx.inputs[2].dims) + tuple(dims[axis + 1:])]
+    return GatherParams(axis, tuple(dims[:axis]) + tuple(ctx.inputs[2].dims) + tuple(dims[axis + 1:]))
+
+
+@resolver
+def params(ctx: OpContext) -> GatherParams:
+    """The resolved GatherParams; INVALID_ARGUMENT for an axis out of range or a constant index out of
+    [0, input.dims[axis]), UnknownValue while the axis is not constant."""
+    g = _shape(ctx)
+    indices = ctx.inputs[2].value
+    if indices is not None:
+        _check_indices(ctx, indices, zeros_unknown=ctx.compile_time)
+    return g
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return [params(ctx).out_dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    (dims,) = _prepare(ctx)
-    axis = scalar_axis(ctx, 1, len(ctx.inputs[0].dims))
-    indices = ctx.input(2)
-    _check_indices(ctx, indices)
-    y = np.take(ctx.input(0), indices.astype(np.int64), axis=axis)
-    return [y.reshape(dims).astype(ctx.outputs[0].dtype)]
+    g = params(ctx)  # checks the indices
+    y = np.take(ctx.input(0), ctx.input(2).astype(np.int64), axis=g.axis)
+    return [y.reshape(g.out_dims).astype(ctx.outputs[0].dtype)]
 
 
-register(Op.GATHER, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.GATHER, validate=_validate, prepare=_prepare, execute=_execute, params=params)

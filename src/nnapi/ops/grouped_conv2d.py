@@ -15,15 +15,16 @@ from ..hal import OperationType as Op
 from . import _conv
 from ._padding import from_nhwc, join_dims, out_size, split_dims, to_nhwc
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _COUNTS = (9, 12)
 _EXTRAS = ("number of groups",)
 
 
 @dataclass(frozen=True)
-class _Geometry:
-    """Resolved parameters and sizes of one GROUPED_CONV_2D; 0 marks a size unknown at compile time."""
+class GroupedConv2dParams:
+    """Resolved parameters and sizes of one GROUPED_CONV_2D; 0 marks a size unknown at compile time.
+    Output channel g * (channels_out / groups) + d reads input channels g * Cg .. (g + 1) * Cg - 1."""
 
     params: _conv.WindowParams
     batches: int
@@ -62,8 +63,10 @@ def _check_groups(ctx: OpContext, groups: int, filter_dims: tuple[int, ...], cha
                        f"{fc} per group x {groups} groups = {fc * groups}")
 
 
-def _geometry(ctx: OpContext) -> _Geometry:
-    """Check shapes against each other and compute the output size (Android's groupedConvPrepare)."""
+@resolver
+def params(ctx: OpContext) -> GroupedConv2dParams:
+    """The resolved GroupedConv2dParams: shapes checked against each other and the output size
+    computed (Android's groupedConvPrepare); INVALID_ARGUMENT naming the input at fault."""
     sig = _signature(ctx)
     b = ctx.inputs[2]
     _conv.check_input_ranks(ctx, (4, 4, 1))
@@ -84,16 +87,16 @@ def _geometry(ctx: OpContext) -> _Geometry:
     ow = out_size(w, fw, p.stride_w, p.pad_left, p.pad_right) if w and fw else 0
     if (h and fh and oh <= 0) or (w and fw and ow <= 0):
         raise ctx.fail(f"the filter does not fit the padded input (output {oh}x{ow})")
-    return _Geometry(p, n, groups, o, fh, fw, oh, ow)
+    return GroupedConv2dParams(p, n, groups, o, fh, fw, oh, ow)
 
 
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    g = _geometry(ctx)
+    g = params(ctx)
     return [join_dims(g.batches, g.out_h, g.out_w, g.channels_out, g.params.nchw)]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    g = _geometry(ctx)
+    g = params(ctx)
     p = g.params
     x = to_nhwc(_conv.centered_input(ctx), p.nchw)
     per_group = g.channels_out // g.groups
@@ -104,5 +107,5 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [from_nhwc(_conv.finish(ctx, acc, p.activation), p.nchw)]
 
 
-register(Op.GROUPED_CONV_2D, validate=_validate, prepare=_prepare, execute=_execute,
+register(Op.GROUPED_CONV_2D, validate=_validate, prepare=_prepare, execute=_execute, params=params,
          allow_zero_sized_input=True)

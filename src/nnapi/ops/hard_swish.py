@@ -8,15 +8,33 @@ Android.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._quant import quantize_multiplier
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT16, T.TENSOR_FLOAT32, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 _I16_MIN, _I16_MAX = -(1 << 15), (1 << 15) - 1
+
+
+@dataclass(frozen=True)
+class HardSwishParams:
+    """HARD_SWISH: x * relu6(x + 3) / 6. For quantized tensors, the 16-bit fixed-point parameters of
+    Android's hardSwishQuant (output multiplier, output exponent, reluish multiplier, reluish
+    exponent); None for float tensors."""
+
+    quant: tuple[int, int, int, int] | None
+
+
+@resolver
+def params(ctx: OpContext) -> HardSwishParams:
+    """The resolved HardSwishParams; INVALID_ARGUMENT when the output scale is too small for the
+    input scale (the output multiplier would need a left shift)."""
+    return HardSwishParams(_quant_params(ctx) if ctx.inputs[0].type.is_quantized else None)
 
 
 def _validate(ctx: OpContext) -> None:
@@ -33,7 +51,7 @@ def _validate(ctx: OpContext) -> None:
 
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
     if ctx.inputs[0].type.is_quantized:
-        _quant_params(ctx)  # Android checks the output multiplier when it executes
+        params(ctx)  # Android checks the output multiplier when it executes
     return [tuple(ctx.inputs[0].dims)]
 
 
@@ -88,7 +106,7 @@ def _quant_params(ctx: OpContext) -> tuple[int, int, int, int]:
 
 def _hard_swish_quant(ctx: OpContext) -> np.ndarray:
     x, out = ctx.inputs[0], ctx.outputs[0]
-    out_m, out_e, rel_m, rel_e = _quant_params(ctx)
+    out_m, out_e, rel_m, rel_e = params(ctx).quant
     v = x.value.astype(np.int64) - x.zero_point
     hires = (v * 128).astype(np.int16).astype(np.int64)
     preshift_out = _srdhm16(hires, out_m)
@@ -118,5 +136,5 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [r.astype(out.dtype)]
 
 
-register(Op.HARD_SWISH, validate=_validate, prepare=_prepare, execute=_execute,
+register(Op.HARD_SWISH, validate=_validate, prepare=_prepare, execute=_execute, params=params,
          allow_zero_sized_input=True)

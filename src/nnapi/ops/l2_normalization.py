@@ -8,6 +8,7 @@ the squared norm of the zero-point-shifted values gives an inverse square root i
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
@@ -15,11 +16,19 @@ from ._axis import check_scalar_axis, scalar_axis
 from ._quant import (as_float32, inv_sqrt_quantized_multiplier_exp, multiply_by_quantized_multiplier,
                      rounding_divide_by_pot, saturating_rounding_doubling_high_mul)
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 _OUTPUT_ZERO_POINT = {T.TENSOR_QUANT8_ASYMM: 128, T.TENSOR_QUANT8_ASYMM_SIGNED: 0}
 _EPSILON = np.float32(1e-6)
+
+
+@dataclass(frozen=True)
+class L2NormalizationParams:
+    """L2_NORMALIZATION: x / max(||x||_2 along `axis`, epsilon); the axis is non-negative."""
+
+    axis: int
+    epsilon: float
 
 
 def _validate(ctx: OpContext) -> None:
@@ -35,17 +44,24 @@ def _validate(ctx: OpContext) -> None:
     check_scalar_axis(ctx, 1, default=-1)
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> L2NormalizationParams:
+    """The resolved L2NormalizationParams (axis: input 1, default -1); INVALID_ARGUMENT for a rank
+    outside 1..4 or an axis out of range, UnknownValue while the axis is not constant."""
     dims = ctx.inputs[0].dims
     if not 1 <= len(dims) <= 4:
         raise ctx.fail(f"input 0 has rank {len(dims)}, expected 1 to 4")
-    scalar_axis(ctx, 1, len(dims), default=-1)
-    return [dims]
+    return L2NormalizationParams(scalar_axis(ctx, 1, len(dims), default=-1), float(_EPSILON))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    params(ctx)
+    return [ctx.inputs[0].dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
     x, out = ctx.inputs[0], ctx.outputs[0]
-    axis = scalar_axis(ctx, 1, len(x.dims), default=-1)
+    axis = params(ctx).axis
     if x.value.size == 0:
         return [np.zeros(x.dims, out.dtype)]
     if not x.type.is_quantized:
@@ -72,4 +88,4 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [np.clip(res + _OUTPUT_ZERO_POINT[x.type], info.min, info.max).astype(out.dtype)]
 
 
-register(Op.L2_NORMALIZATION, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.L2_NORMALIZATION, validate=_validate, prepare=_prepare, execute=_execute, params=params)

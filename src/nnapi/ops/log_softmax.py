@@ -11,7 +11,8 @@ import numpy as np
 from ..hal import OperandType as T, OperationType as Op
 from ._axis import check_scalar_axis, scalar_axis
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
+from .softmax import SoftmaxParams
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 
@@ -24,8 +25,22 @@ def _validate(ctx: OpContext) -> None:
     check_scalar_axis(ctx, 2)
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> SoftmaxParams:
+    """SoftmaxParams of LOG_SOFTMAX: beta (input 1) and the axis (input 2) made non-negative;
+    INVALID_ARGUMENT naming the input at fault, UnknownValue while one is not constant."""
     dims = ctx.inputs[0].dims
+    if not dims:
+        raise ctx.fail("input 0 must have rank at least 1")
+    axis = scalar_axis(ctx, 2, len(dims))
+    beta = ctx.scalar(1)
+    if not isinstance(beta, float):
+        raise ctx.fail(f"input 1 (beta) must be a float, got {beta!r}")
+    return SoftmaxParams(beta, axis)
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    dims = ctx.inputs[0].dims  # the shape needs the axis only (beta may be known only at execution)
     if not dims:
         raise ctx.fail("input 0 must have rank at least 1")
     scalar_axis(ctx, 2, len(dims))
@@ -34,8 +49,8 @@ def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
     x, out = ctx.inputs[0], ctx.outputs[0]
-    axis = scalar_axis(ctx, 2, len(x.dims))
-    beta = float(ctx.scalar(1))
+    g = params(ctx)
+    axis, beta = g.axis, g.beta
     if x.value.size == 0:
         return [np.zeros(x.dims, out.dtype)]
     f = x.value.astype(np.float64)
@@ -44,4 +59,4 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [y.astype(out.dtype)]
 
 
-register(Op.LOG_SOFTMAX, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.LOG_SOFTMAX, validate=_validate, prepare=_prepare, execute=_execute, params=params)

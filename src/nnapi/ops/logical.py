@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
-from .broadcast import broadcast_dims
+from .broadcast import broadcast_dims, broadcast_params
 from .context import OpContext
 from .registry import register
 
@@ -45,5 +45,5 @@ def _execute_not(ctx: OpContext) -> list[np.ndarray]:
 
 
 register(Op.LOGICAL_AND, Op.LOGICAL_OR, validate=_validate_binary, prepare=_prepare_binary,
-         execute=_execute_binary)
+         execute=_execute_binary, params=broadcast_params)
 register(Op.LOGICAL_NOT, validate=_validate_not, prepare=_prepare_not, execute=_execute_not)

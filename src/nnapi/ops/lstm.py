@@ -8,15 +8,26 @@ The cell itself lives in `_lstm_cell` (shared with the sequence LSTM operations)
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from . import _lstm_cell as cell
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _IX = cell.CellIndex.standard(first=1, output_state=18, cell_state=19, layer_norm=23)
 _ACTIVATION, _CELL_CLIP, _PROJ_CLIP = 20, 21, 22
+
+
+@dataclass(frozen=True)
+class LstmParams:
+    """LSTM (one time step): the cell (operand positions, sizes, flags, scalars) and the shapes of the
+    four outputs (scratch buffer, output state, cell state, output)."""
+
+    cell: cell.LstmCellParams
+    out_dims: tuple[tuple[int, ...], ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -42,17 +53,24 @@ def _config(ctx: OpContext) -> cell.CellConfig:
     return cfg
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> LstmParams:
+    """The resolved LstmParams (Android's LSTMCell::Prepare); INVALID_ARGUMENT naming the input at
+    fault, UnknownValue while the activation or a clip is not constant."""
     cfg = _config(ctx)
-    cell.check_params(ctx, _ACTIVATION, _CELL_CLIP, _PROJ_CLIP)
+    act, cell_clip, proj_clip = cell.check_params(ctx, _ACTIVATION, _CELL_CLIP, _PROJ_CLIP)
     n_batch = ctx.inputs[0].dims[0]
-    return [(n_batch, (3 if cfg.use_cifg else 4) * cfg.n_cell), (n_batch, cfg.n_output),
-            (n_batch, cfg.n_cell), (n_batch, cfg.n_output)]
+    dims = ((n_batch, (3 if cfg.use_cifg else 4) * cfg.n_cell), (n_batch, cfg.n_output),
+            (n_batch, cfg.n_cell), (n_batch, cfg.n_output))
+    return LstmParams(cell.LstmCellParams(_IX, cfg, act, cell_clip, proj_clip), dims)
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return list(params(ctx).out_dims)
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    cfg = _config(ctx)
-    w = cell.load_weights(ctx, _IX, cfg, *cell.check_params(ctx, _ACTIVATION, _CELL_CLIP, _PROJ_CLIP))
+    w = params(ctx).cell.weights(ctx)
     x = ctx.input(0).astype(np.float32)
     outs, h, c, scratch = cell.run_sequence(w, x[None], None, ctx.input(_IX.output_state_in),
                                             ctx.input(_IX.cell_state_in))
@@ -60,4 +78,5 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [scratch.astype(dt[0]), h.astype(dt[1]), c.astype(dt[2]), outs[0].astype(dt[3])]
 
 
-register(Op.LSTM, validate=_validate, prepare=_prepare, execute=_execute, allow_omitted_operand=True)
+register(Op.LSTM, validate=_validate, prepare=_prepare, execute=_execute, params=params,
+         allow_omitted_operand=True)

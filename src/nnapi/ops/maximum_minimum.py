@@ -11,7 +11,7 @@ import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._quant import requantize_values
-from .broadcast import broadcast_dims, prepare_broadcast, validate_same_type_pair
+from .broadcast import broadcast_dims, broadcast_params, prepare_broadcast, validate_same_type_pair
 from .context import OpContext
 from .registry import register
 
@@ -36,4 +36,5 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [np.broadcast_to(r, shape).astype(out.dtype)]
 
 
-register(Op.MAXIMUM, Op.MINIMUM, validate=_validate, prepare=prepare_broadcast, execute=_execute)
+register(Op.MAXIMUM, Op.MINIMUM, validate=_validate, prepare=prepare_broadcast, execute=_execute,
+         params=broadcast_params)

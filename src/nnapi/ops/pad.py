@@ -7,15 +7,28 @@ Quantized outputs keep the input's scale and zero point.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 _VALUE_TYPE = {T.TENSOR_FLOAT32: T.FLOAT32, T.TENSOR_FLOAT16: T.FLOAT16,
                T.TENSOR_QUANT8_ASYMM: T.INT32, T.TENSOR_QUANT8_ASYMM_SIGNED: T.INT32}
+
+
+@dataclass(frozen=True)
+class PadParams:
+    """PAD / PAD_V2: (before, after) per dimension, the pad value (a Python number of the output's
+    element type: the zero point for quantized PAD, the raw quantized value for PAD_V2) and the
+    output shape."""
+
+    paddings: tuple[tuple[int, int], ...]
+    value: int | float
+    out_dims: tuple[int, ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -50,11 +63,28 @@ def _paddings(ctx: OpContext, *, zeros_unknown: bool = False) -> np.ndarray:
 
 
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    try:  # resolved once for prepare and execute
+        return [params(ctx).out_dims]
+    except UnknownValue:  # PAD_V2's value is known only at execution: the shape does not need it
+        return [_shape(ctx)[1]]
+
+
+def _shape(ctx: OpContext) -> tuple[tuple[tuple[int, int], ...], tuple[int, ...]]:
+    """(paddings, output shape); an unknown (0) dimension stays unknown at compile time."""
     dims = ctx.inputs[0].dims
     if not 1 <= len(dims) <= 4:
         raise ctx.fail(f"input 0 has rank {len(dims)}, expected 1 to 4")
-    pads = _paddings(ctx)
-    return [tuple(int(d + p[0] + p[1]) for d, p in zip(dims, pads))]
+    pads = tuple((int(b), int(a)) for b, a in _paddings(ctx).tolist())
+    unknown = ctx.compile_time
+    return pads, tuple(0 if unknown and not d else d + b + a for d, (b, a) in zip(dims, pads))
+
+
+@resolver
+def params(ctx: OpContext) -> PadParams:
+    """The resolved PadParams; INVALID_ARGUMENT naming the input at fault (paddings of the wrong shape
+    or negative), UnknownValue while input 1 or PAD_V2's value (input 2) is not constant."""
+    pads, out = _shape(ctx)
+    return PadParams(pads, _pad_value(ctx), out)
 
 
 def _pad_value(ctx: OpContext):
@@ -69,12 +99,10 @@ def _pad_value(ctx: OpContext):
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    _prepare(ctx)
+    g = params(ctx)
     out = ctx.outputs[0]
-    pads = _paddings(ctx)
-    y = np.pad(ctx.input(0), [tuple(int(v) for v in p) for p in pads],
-               constant_values=np.array(_pad_value(ctx)).astype(out.dtype))
+    y = np.pad(ctx.input(0), g.paddings, constant_values=np.array(g.value).astype(out.dtype))
     return [y.astype(out.dtype)]
 
 
-register(Op.PAD, Op.PAD_V2, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.PAD, Op.PAD_V2, validate=_validate, prepare=_prepare, execute=_execute, params=params)

@@ -15,7 +15,7 @@ from ..hal import OperandType as T, OperationType as Op
 from . import _activation, _conv
 from ._padding import from_nhwc, join_dims, out_size, split_dims, to_nhwc
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _COUNTS = (7, 8, 10, 11)
 _EXTRAS = ("filter width", "filter height")
@@ -24,9 +24,11 @@ _QUANT_TYPES = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
 
 @dataclass(frozen=True)
-class _Geometry:
-    """Resolved parameters and sizes of one pooling; 0 marks a size unknown at compile time."""
+class Pool2dParams:
+    """Resolved parameters and sizes of one AVERAGE / MAX / L2_POOL_2D; 0 marks a size unknown at
+    compile time. Padding never counts: averages and L2 norms divide by `window_counts()`."""
 
+    #: Padding made explicit, strides, activation, layout; extras = (filter_w, filter_h).
     params: _conv.WindowParams
     batches: int
     height: int
@@ -37,8 +39,15 @@ class _Geometry:
     out_h: int
     out_w: int
 
+    def window_counts(self) -> np.ndarray:
+        """[out_h, out_w, 1] number of real (non-padding) input elements under each window."""
+        p = self.params
+        ch = _conv.window_counts(self.height, self.out_h, self.filter_h, p.stride_h, p.pad_top)
+        cw = _conv.window_counts(self.width, self.out_w, self.filter_w, p.stride_w, p.pad_left)
+        return np.maximum(ch[:, None] * cw[None, :], 1)[:, :, None]
 
-Reduction = Callable[[OpContext, np.ndarray, _Geometry], np.ndarray]
+
+Reduction = Callable[[OpContext, np.ndarray, Pool2dParams], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -69,8 +78,10 @@ def _validate(ctx: OpContext) -> None:
     _conv.check_scalars(ctx, sig, positive_extras=_EXTRAS)
 
 
-def _geometry(ctx: OpContext) -> _Geometry:
-    """Check the parameters and compute the output size (Android's Pooling prepare)."""
+@resolver
+def params(ctx: OpContext) -> Pool2dParams:
+    """The resolved Pool2dParams: parameters checked and the output size computed (Android's Pooling
+    prepare); INVALID_ARGUMENT naming the input at fault."""
     sig = _signature(ctx)
     _conv.check_input_ranks(ctx, (4,))
     nchw = _conv.layout_flag(ctx, sig)
@@ -86,25 +97,17 @@ def _geometry(ctx: OpContext) -> _Geometry:
     ow = out_size(w, fw, p.stride_w, p.pad_left, p.pad_right) if w else 0
     if (h and oh <= 0) or (w and ow <= 0):
         raise ctx.fail(f"the filter does not fit the padded input (output {oh}x{ow})")
-    return _Geometry(p, n, h, w, c, fh, fw, oh, ow)
+    return Pool2dParams(p, n, h, w, c, fh, fw, oh, ow)
 
 
-def _counts(g: _Geometry) -> np.ndarray:
-    """[OH, OW, 1] number of real input elements under each window (padding excluded)."""
-    p = g.params
-    ch = _conv.window_counts(g.height, g.out_h, g.filter_h, p.stride_h, p.pad_top)
-    cw = _conv.window_counts(g.width, g.out_w, g.filter_w, p.stride_w, p.pad_left)
-    return np.maximum(ch[:, None] * cw[None, :], 1)[:, :, None]
-
-
-def _patches(x: np.ndarray, g: _Geometry, pad_value: float = 0) -> np.ndarray:
+def _patches(x: np.ndarray, g: Pool2dParams, pad_value: float = 0) -> np.ndarray:
     return _conv.extract_patches(x, g.params, g.filter_h, g.filter_w, g.out_h, g.out_w, pad_value)
 
 
-def _average(ctx: OpContext, x: np.ndarray, g: _Geometry) -> np.ndarray:
+def _average(ctx: OpContext, x: np.ndarray, g: Pool2dParams) -> np.ndarray:
     """Mean over the real elements of each window; quantized: rounded half away from zero (TFLite)."""
     t = ctx.inputs[0]
-    counts = _counts(g)
+    counts = g.window_counts()
     if t.type.is_quantized:
         total = _patches(x.astype(np.int64), g).sum(axis=(3, 4))
         q = np.sign(total) * ((np.abs(total) + counts // 2) // counts)
@@ -113,7 +116,7 @@ def _average(ctx: OpContext, x: np.ndarray, g: _Geometry) -> np.ndarray:
     return _activation.apply_float(total / counts, g.params.activation).astype(t.dtype)
 
 
-def _max(ctx: OpContext, x: np.ndarray, g: _Geometry) -> np.ndarray:
+def _max(ctx: OpContext, x: np.ndarray, g: Pool2dParams) -> np.ndarray:
     """Maximum over the real elements of each window (padding never wins)."""
     t = ctx.inputs[0]
     if t.type.is_quantized:
@@ -123,10 +126,10 @@ def _max(ctx: OpContext, x: np.ndarray, g: _Geometry) -> np.ndarray:
     return _activation.apply_float(m, g.params.activation).astype(t.dtype)
 
 
-def _l2(ctx: OpContext, x: np.ndarray, g: _Geometry) -> np.ndarray:
+def _l2(ctx: OpContext, x: np.ndarray, g: Pool2dParams) -> np.ndarray:
     """sqrt(mean of squares) over the real elements of each window (padding excluded from the count)."""
     t = ctx.inputs[0]
-    out = _conv.l2_pool(_patches(x.astype(np.float64), g), _counts(g))
+    out = _conv.l2_pool(_patches(x.astype(np.float64), g), g.window_counts())
     return _activation.apply_float(out, g.params.activation).astype(t.dtype)
 
 
@@ -138,12 +141,12 @@ _KINDS: dict[Op, _Kind] = {
 
 
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    g = _geometry(ctx)
+    g = params(ctx)
     return [join_dims(g.batches, g.out_h, g.out_w, g.channels, g.params.nchw)]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    g = _geometry(ctx)
+    g = params(ctx)
     x = to_nhwc(ctx.inputs[0].value, g.params.nchw)
     if g.batches == 0 or g.out_h == 0 or g.out_w == 0:
         out = np.zeros((g.batches, g.out_h, g.out_w, g.channels), ctx.outputs[0].dtype)
@@ -152,4 +155,5 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [from_nhwc(out, g.params.nchw)]
 
 
-register(*_KINDS, validate=_validate, prepare=_prepare, execute=_execute, allow_zero_sized_input=True)
+register(*_KINDS, validate=_validate, prepare=_prepare, execute=_execute, params=params,
+         allow_zero_sized_input=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
-from .broadcast import broadcast_dims, prepare_broadcast, validate_same_type_pair
+from .broadcast import broadcast_dims, broadcast_params, prepare_broadcast, validate_same_type_pair
 from .context import OpContext
 from .registry import register
 
@@ -28,4 +28,4 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [np.broadcast_to(r, shape).astype(out.dtype)]
 
 
-register(Op.POW, validate=_validate, prepare=prepare_broadcast, execute=_execute)
+register(Op.POW, validate=_validate, prepare=prepare_broadcast, execute=_execute, params=broadcast_params)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._quant import multiply_by_quantized_multiplier, quantize_multiplier
-from .broadcast import broadcast_dims, prepare_broadcast, validate_same_type_pair
+from .broadcast import broadcast_dims, broadcast_params, prepare_broadcast, validate_same_type_pair
 from .context import OpContext
 from .registry import register
 
@@ -48,4 +48,4 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [np.where(f >= 0, f, f * a).astype(out.dtype)]
 
 
-register(Op.PRELU, validate=_validate, prepare=prepare_broadcast, execute=_execute)
+register(Op.PRELU, validate=_validate, prepare=prepare_broadcast, execute=_execute, params=broadcast_params)

@@ -24,6 +24,7 @@ zero bias (Android dereferences a null bias).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,7 +32,7 @@ from ..hal import OperandType as T, OperationType as Op
 from ._quant import (fp_logistic, fp_tanh, inv_sqrt_quantized_multiplier_exp,
                      multiply_by_quantized_multiplier, quantize_multiplier, rounding_divide_by_pot)
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _I8, _Q8, _Q16, _I32, _F32 = (T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM, T.TENSOR_QUANT16_SYMM,
                               T.TENSOR_INT32, T.FLOAT32)
@@ -62,6 +63,40 @@ _NAMES = ["input", "input to input weights", "input to forget weights", "input t
 _IN_TYPES = ([_I8] + [_Q8] * 8 + [_Q16] * 3 + [_I32] * 4 + [_Q8, _I32, _I8, _Q16] + [_Q16] * 4
              + [_F32] * 6 + [T.INT32, _F32])
 _OUT_TYPES = [_I8, _Q16, _I8]
+
+
+@dataclass(frozen=True)
+class QuantizedLstmParams:
+    """QUANTIZED_LSTM (one step, TFLite's integer LSTM): sizes, variant flags, the scalar parameters
+    (float32 values as Python floats; the hidden state zero point read as int8, as Android does),
+    the cell state's power-of-two exponent (its scale is 2^cell_shift), the output shapes (output
+    state, cell state, output), and where each operand sits among the inputs: gate order input,
+    forget, cell, output (peepholes: input, forget, output)."""
+
+    batch: int
+    input_size: int
+    num_units: int
+    output_size: int
+    use_cifg: bool
+    use_peephole: bool
+    use_layer_norm: bool
+    use_projection: bool
+    cell_shift: int
+    cell_clip: float
+    proj_clip: float
+    intermediate_scales: tuple[float, float, float, float]
+    hidden_zero_point: int
+    hidden_scale: float
+    out_dims: tuple[tuple[int, ...], ...]
+    input_weights: tuple[int, int, int, int] = _IN_W
+    recurrent_weights: tuple[int, int, int, int] = _REC_W
+    peephole_weights: tuple[int, int, int] = _PEEP
+    gate_biases: tuple[int, int, int, int] = _BIAS
+    projection_weights: int = _PROJ_W
+    projection_bias: int = _PROJ_B
+    output_state_in: int = _PREV_OUTPUT
+    cell_state_in: int = _PREV_CELL
+    layer_norm_weights: tuple[int, int, int, int] = _LN
 
 
 def _validate(ctx: OpContext) -> None:
@@ -142,6 +177,21 @@ def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
     batch, _, n_units, n_output = _shapes(ctx)
     _cell_shift(ctx)
     return [(batch, n_output), (batch, n_units), (batch, n_output)]
+
+
+@resolver
+def params(ctx: OpContext) -> QuantizedLstmParams:
+    """The resolved QuantizedLstmParams (Android's prepare checks); INVALID_ARGUMENT naming the input at
+    fault, UnknownValue while a scalar parameter is not constant."""
+    batch, n_input, n_units, n_output = _shapes(ctx)
+    has, f32 = ctx.has_input, np.float32
+    inter = tuple(float(f32(ctx.scalar(i))) for i in _INTERMEDIATE)
+    hidden_zp = ((int(ctx.scalar(_HIDDEN_ZP)) & 0xFF) ^ 0x80) - 0x80  # getInputValue<int8_t>
+    dims = ((batch, n_output), (batch, n_units), (batch, n_output))
+    return QuantizedLstmParams(batch, n_input, n_units, n_output, not has(1), has(_PEEP[1]), has(_LN[1]),
+                               has(_PROJ_W), _cell_shift(ctx), float(f32(ctx.scalar(_CELL_CLIP))),
+                               float(f32(ctx.scalar(_PROJ_CLIP))), inter, hidden_zp,
+                               float(f32(ctx.scalar(_HIDDEN_SCALE))), dims)
 
 
 def _cell_shift(ctx: OpContext) -> int:
@@ -229,21 +279,18 @@ def _tanh(x: np.ndarray, integer_bits: int, fallback: np.ndarray) -> np.ndarray:
 # --- execution -------------------------------------------------------------------------------------
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    batch, n_input, n_units, n_output = _shapes(ctx)
-    cell_shift = _cell_shift(ctx)
+    p = params(ctx)
+    batch, n_units, n_output, cell_shift, cifg = p.batch, p.num_units, p.output_size, p.cell_shift, p.use_cifg
     has = ctx.has_input
-    cifg = not has(1)
     t = ctx.inputs
     f32 = np.float32
 
     def val(i: int) -> np.ndarray:
         return ctx.input(i).astype(np.int64)
 
-    cell_clip = f32(ctx.scalar(_CELL_CLIP))
-    proj_clip = f32(ctx.scalar(_PROJ_CLIP))
-    inter = [f32(ctx.scalar(i)) for i in _INTERMEDIATE]
-    hidden_zp = ((int(ctx.scalar(_HIDDEN_ZP)) & 0xFF) ^ 0x80) - 0x80  # getInputValue<int8_t>
-    hidden_scale = f32(ctx.scalar(_HIDDEN_SCALE))
+    cell_clip, proj_clip = f32(p.cell_clip), f32(p.proj_clip)
+    inter = [f32(v) for v in p.intermediate_scales]
+    hidden_zp, hidden_scale = p.hidden_zero_point, f32(p.hidden_scale)
 
     x = val(_INPUT)
     h_prev = val(_PREV_OUTPUT)
@@ -325,5 +372,5 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [out.copy(), cell.astype(np.int16), out]
 
 
-register(Op.QUANTIZED_LSTM, validate=_validate, prepare=_prepare, execute=_execute,
+register(Op.QUANTIZED_LSTM, validate=_validate, prepare=_prepare, execute=_execute, params=params,
          allow_omitted_operand=True)

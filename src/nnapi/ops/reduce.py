@@ -13,13 +13,14 @@ C++ integer division (truncation toward zero), without rescaling.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._axis import normalize_axes, reduced_dims
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _FLOAT = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 _QUANT = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
@@ -29,6 +30,16 @@ _TYPES = {
     Op.REDUCE_ALL: (T.TENSOR_BOOL8,), Op.REDUCE_ANY: (T.TENSOR_BOOL8,),
     Op.MEAN: _FLOAT + _QUANT,
 }
+
+
+@dataclass(frozen=True)
+class ReduceParams:
+    """A reduction: the reduced axes (non-negative, sorted, without duplicates), whether they are
+    kept as 1, and the output shape ((1,) when every axis is dropped)."""
+
+    axes: tuple[int, ...]
+    keep_dims: bool
+    out_dims: tuple[int, ...]
 
 
 def _keep_dims_type(op: Op) -> T:
@@ -63,17 +74,27 @@ def _keep_dims(ctx: OpContext) -> bool:
     return bool(value > 0) if ctx.op == Op.MEAN else bool(value)
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> ReduceParams:
+    """The resolved ReduceParams of MEAN / REDUCE_*: axes from input 1, keep_dims from input 2 (BOOL,
+    or INT32 > 0 for MEAN); INVALID_ARGUMENT naming the input at fault, UnknownValue while input 1 or
+    2 is not constant."""
     dims = ctx.inputs[0].dims
     if not 1 <= len(dims) <= 4:
         raise ctx.fail(f"input 0 has rank {len(dims)}, expected 1 to 4")
-    return [reduced_dims(dims, _axes(ctx, len(dims)), _keep_dims(ctx))]
+    axes = _axes(ctx, len(dims))
+    keep = _keep_dims(ctx)
+    return ReduceParams(tuple(sorted(set(axes))), keep, reduced_dims(dims, axes, keep))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return [params(ctx).out_dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    (dims,) = _prepare(ctx)
+    g = params(ctx)
+    dims, axes = g.out_dims, g.axes
     x, out = ctx.inputs[0], ctx.outputs[0]
-    axes = tuple(sorted(set(_axes(ctx, len(x.dims)))))
     v = x.value
     if math.prod(dims) == 0:
         return [np.zeros(dims, out.dtype)]
@@ -122,4 +143,4 @@ def _mean(v: np.ndarray, axes: tuple[int, ...], t: T) -> np.ndarray:
 
 
 register(Op.REDUCE_ALL, Op.REDUCE_ANY, Op.REDUCE_MAX, Op.REDUCE_MIN, Op.REDUCE_PROD, Op.REDUCE_SUM,
-         Op.MEAN, validate=_validate, prepare=_prepare, execute=_execute)
+         Op.MEAN, validate=_validate, prepare=_prepare, execute=_execute, params=params)

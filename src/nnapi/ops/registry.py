@@ -10,6 +10,7 @@ Drivers look operations up here, never in a switch (Android's OperationResolver)
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -39,6 +40,16 @@ class OperationRegistration:
 
 
 _REGISTRY: dict[OperationType, OperationRegistration] = {}
+
+
+def resolver(fn: ParamsFn) -> ParamsFn:
+    """Decorator of an operation's params function: its result is remembered on the context, so
+    prepare, execute (the reference interpreter calls both on one context per run) and a lowering
+    rule reading the same context resolve the parameters once."""
+    @functools.wraps(fn)
+    def params(ctx: OpContext) -> Any:
+        return ctx.resolved(fn)
+    return params
 
 
 def register(*types: OperationType, validate: ValidateFn, prepare: PrepareFn, execute: ExecuteFn,

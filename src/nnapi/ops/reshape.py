@@ -6,14 +6,24 @@ At most one target dimension may be -1; it is inferred so the element count is u
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class ReshapeParams:
+    """RESHAPE / SQUEEZE / EXPAND_DIMS: the output shape (RESHAPE's -1 resolved; 0: unknown at compile
+    time) and, for SQUEEZE, the dropped axes, for EXPAND_DIMS the inserted one (non-negative)."""
+
+    out_dims: tuple[int, ...]
+    axes: tuple[int, ...] = ()
 
 
 def _validate(ctx: OpContext) -> None:
@@ -58,15 +68,22 @@ def _target_dims(ctx: OpContext, *, zeros_unknown: bool) -> tuple[int, ...]:
     return tuple(target)
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> ReshapeParams:
+    """The output shape of RESHAPE (input 1 with its -1 resolved); INVALID_ARGUMENT when it does not
+    hold input 0's elements, UnknownValue while input 1 is not constant."""
     if len(ctx.inputs[0].dims) > 4:
         raise ctx.fail(f"input 0 has rank {len(ctx.inputs[0].dims)}, expected at most 4")
-    return [_target_dims(ctx, zeros_unknown=ctx.compile_time)]
+    return ReshapeParams(_target_dims(ctx, zeros_unknown=ctx.compile_time))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return [params(ctx).out_dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    dims = _target_dims(ctx, zeros_unknown=False)
-    return [ctx.input(0).reshape(dims).astype(ctx.outputs[0].dtype)]
+    return [ctx.input(0).reshape(params(ctx).out_dims).astype(ctx.outputs[0].dtype)]
 
 
-register(Op.RESHAPE, validate=_validate, prepare=_prepare, execute=_execute, allow_zero_sized_input=True)
+register(Op.RESHAPE, validate=_validate, prepare=_prepare, execute=_execute, params=params,
+         allow_zero_sized_input=True)

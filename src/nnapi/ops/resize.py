@@ -14,16 +14,31 @@ Quantized outputs keep the input's values' quantization (values are resampled, n
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._padding import from_nhwc, join_dims, split_dims, to_nhwc
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 _WIDTH, _HEIGHT, _LAYOUT, _ALIGN, _HALF_PIXEL = 1, 2, 3, 4, 5
+
+
+@dataclass(frozen=True)
+class ResizeParams:
+    """RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR: layout and sampling flags, the output height and
+    width (from the sizes or the scales) and the output shape. Source indices and weights per output
+    index: `nearest_indices` / `bilinear_terms` of this module."""
+
+    nchw: bool
+    align_corners: bool
+    half_pixel_centers: bool
+    out_h: int
+    out_w: int
+    out_dims: tuple[int, ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -69,16 +84,23 @@ def _out_hw(ctx: OpContext, in_h: int, in_w: int) -> tuple[int, int]:
     return int(h), int(w)
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> ResizeParams:
+    """The resolved ResizeParams (Android's resize prepare); INVALID_ARGUMENT naming the input at
+    fault (only the batch may be 0), UnknownValue while a size, scale or flag is not constant."""
     dims = ctx.inputs[0].dims
     if len(dims) != 4:
         raise ctx.fail(f"input 0 has rank {len(dims)}, expected 4")
-    nchw, _, _ = _flags(ctx)
+    nchw, align, half = _flags(ctx)
     n, in_h, in_w, c = split_dims(dims, nchw)
     if in_h <= 0 or in_w <= 0 or c <= 0:
         raise ctx.fail(f"input 0 {dims}: only the batch dimension may be 0")
     h, w = _out_hw(ctx, in_h, in_w)
-    return [join_dims(n, h, w, c, nchw)]
+    return ResizeParams(nchw, align, half, h, w, join_dims(n, h, w, c, nchw))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return [params(ctx).out_dims]
 
 
 def resize_scale(in_size: int, out_size: int, align_corners: bool) -> np.float32:
@@ -137,13 +159,12 @@ def _bilinear(x: np.ndarray, out_h: int, out_w: int, align: bool, half: bool) ->
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    (out_dims,) = _prepare(ctx)
-    out = ctx.outputs[0]
+    g = params(ctx)
+    out_dims, out = g.out_dims, ctx.outputs[0]
     if 0 in out_dims:
         return [np.zeros(out_dims, out.dtype)]
-    nchw, align, half = _flags(ctx)
+    nchw, align, half, out_h, out_w = g.nchw, g.align_corners, g.half_pixel_centers, g.out_h, g.out_w
     x = to_nhwc(ctx.input(0), nchw)
-    _, out_h, out_w, _ = split_dims(out_dims, nchw)
     if ctx.op == Op.RESIZE_NEAREST_NEIGHBOR:
         iy = nearest_indices(x.shape[1], out_h, align, half)
         ix = nearest_indices(x.shape[2], out_w, align, half)
@@ -157,4 +178,4 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
 
 
 register(Op.RESIZE_BILINEAR, Op.RESIZE_NEAREST_NEIGHBOR, validate=_validate, prepare=_prepare,
-         execute=_execute, allow_zero_sized_input=True)
+         execute=_execute, params=params, allow_zero_sized_input=True)

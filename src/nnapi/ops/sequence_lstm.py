@@ -19,14 +19,45 @@ linking (auxiliary input times auxiliary weights added in both directions).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from . import _lstm_cell as cell
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _FLOAT_TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
+
+
+@dataclass(frozen=True)
+class SequenceLstmParams:
+    """UNIDIRECTIONAL_SEQUENCE_LSTM: the cell, the layout (time_major: [max_time, batch, input],
+    else [batch, max_time, input]), and the output shapes (the sequence output, then the final
+    output and cell states when the operation has 3 outputs)."""
+
+    cell: cell.LstmCellParams
+    time_major: bool
+    out_dims: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class BidirectionalLstmParams:
+    """BIDIRECTIONAL_SEQUENCE_LSTM: the forward and backward cells, the auxiliary input's position,
+    the linking (parallel: the backward cell reads the auxiliary input instead of input 0; cross:
+    the auxiliary input times the auxiliary weights is added in both directions; neither: no
+    auxiliary input), the layout, whether outputs are merged on the last axis, and the output shapes
+    (then the four final states, forward output / cell, backward output / cell, with 5 or 6 outputs)."""
+
+    forward: cell.LstmCellParams
+    backward: cell.LstmCellParams
+    aux_input: int
+    parallel_linking: bool
+    cross_linking: bool
+    time_major: bool
+    merge_outputs: bool
+    out_dims: tuple[tuple[int, ...], ...]
 
 
 def _tensor_type(ctx: OpContext) -> tuple[T, T]:
@@ -80,19 +111,27 @@ def _uni_config(ctx: OpContext) -> tuple[cell.CellConfig, bool, tuple[int, int, 
     return cfg, time_major, (max_time, n_batch, n_input)
 
 
-def _uni_prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    cfg, _, (_, n_batch, _) = _uni_config(ctx)
-    cell.check_params(ctx, _UNI_ACT, _UNI_CELL_CLIP, _UNI_PROJ_CLIP)
-    dims = tuple(ctx.inputs[0].dims[:2]) + (cfg.n_output,)
-    shapes = [dims]
+@resolver
+def uni_params(ctx: OpContext) -> SequenceLstmParams:
+    """The resolved SequenceLstmParams; INVALID_ARGUMENT naming the input at fault, UnknownValue while
+    a scalar parameter is not constant."""
+    cfg, time_major, (_, n_batch, _) = _uni_config(ctx)
+    act, cell_clip, proj_clip = cell.check_params(ctx, _UNI_ACT, _UNI_CELL_CLIP, _UNI_PROJ_CLIP)
+    shapes = [tuple(ctx.inputs[0].dims[:2]) + (cfg.n_output,)]
     if len(ctx.outputs) == 3:
         shapes += [(n_batch, cfg.n_output), (n_batch, cfg.n_cell)]
-    return shapes
+    return SequenceLstmParams(cell.LstmCellParams(_UNI, cfg, act, cell_clip, proj_clip), time_major,
+                              tuple(shapes))
+
+
+def _uni_prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return list(uni_params(ctx).out_dims)
 
 
 def _uni_execute(ctx: OpContext) -> list[np.ndarray]:
-    cfg, time_major, _ = _uni_config(ctx)
-    w = cell.load_weights(ctx, _UNI, cfg, *cell.check_params(ctx, _UNI_ACT, _UNI_CELL_CLIP, _UNI_PROJ_CLIP))
+    p = uni_params(ctx)
+    time_major = p.time_major
+    w = p.cell.weights(ctx)
     outs, h, c, _ = cell.run_sequence(w, _to_time_major(ctx.input(0), time_major), None,
                                       ctx.input(_UNI.output_state_in), ctx.input(_UNI.cell_state_in))
     out = outs if time_major else outs.transpose(1, 0, 2)
@@ -103,7 +142,7 @@ def _uni_execute(ctx: OpContext) -> list[np.ndarray]:
 
 
 register(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, validate=_uni_validate, prepare=_uni_prepare,
-         execute=_uni_execute, allow_omitted_operand=True)
+         execute=_uni_execute, params=uni_params, allow_omitted_operand=True)
 
 
 # --- BIDIRECTIONAL_SEQUENCE_LSTM ----------------------------------------------------------------
@@ -173,23 +212,32 @@ def _bi_config(ctx: OpContext):
     return fw, bw, time_major, merge, parallel, fw_aux, (max_time, n_batch)
 
 
-def _bi_prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    fw, bw, time_major, merge, _, _, (max_time, n_batch) = _bi_config(ctx)
-    cell.check_params(ctx, _BI_ACT, _BI_CELL_CLIP, _BI_PROJ_CLIP)
+@resolver
+def bi_params(ctx: OpContext) -> BidirectionalLstmParams:
+    """The resolved BidirectionalLstmParams (Android's BidirectionalSequenceLSTM::Prepare);
+    INVALID_ARGUMENT naming the input at fault, UnknownValue while a scalar parameter is not constant."""
+    fw, bw, time_major, merge, parallel, cross, (max_time, n_batch) = _bi_config(ctx)
+    act, cell_clip, proj_clip = cell.check_params(ctx, _BI_ACT, _BI_CELL_CLIP, _BI_PROJ_CLIP)
     lead = (max_time, n_batch) if time_major else (n_batch, max_time)
     shapes = [lead + (fw.n_output + bw.n_output,)] if merge else [lead + (fw.n_output,), lead + (bw.n_output,)]
     if len(ctx.outputs) in (5, 6):
         shapes += [(n_batch, fw.n_output), (n_batch, fw.n_cell), (n_batch, bw.n_output), (n_batch, bw.n_cell)]
-    return shapes
+    return BidirectionalLstmParams(cell.LstmCellParams(_FW, fw, act, cell_clip, proj_clip),
+                                   cell.LstmCellParams(_BW, bw, act, cell_clip, proj_clip),
+                                   _AUX_INPUT, parallel, cross, time_major, merge, tuple(shapes))
+
+
+def _bi_prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return list(bi_params(ctx).out_dims)
 
 
 def _bi_execute(ctx: OpContext) -> list[np.ndarray]:
-    fw, bw, time_major, merge, parallel, cross, _ = _bi_config(ctx)
-    params = cell.check_params(ctx, _BI_ACT, _BI_CELL_CLIP, _BI_PROJ_CLIP)
+    p = bi_params(ctx)
+    time_major, merge, parallel, cross = p.time_major, p.merge_outputs, p.parallel_linking, p.cross_linking
     x = _to_time_major(ctx.input(0), time_major)
     aux = _to_time_major(ctx.input(_AUX_INPUT), time_major) if ctx.has_input(_AUX_INPUT) else None
-    w_fw = cell.load_weights(ctx, _FW, fw, *params, use_aux=cross)
-    w_bw = cell.load_weights(ctx, _BW, bw, *params, use_aux=cross)
+    w_fw = p.forward.weights(ctx, use_aux=cross)
+    w_bw = p.backward.weights(ctx, use_aux=cross)
     fw_out, fw_h, fw_c, _ = cell.run_sequence(w_fw, x, aux if cross else None,
                                               ctx.input(_FW.output_state_in), ctx.input(_FW.cell_state_in))
     bw_out, bw_h, bw_c, _ = cell.run_sequence(w_bw, aux if parallel else x, aux if cross else None,
@@ -204,4 +252,4 @@ def _bi_execute(ctx: OpContext) -> list[np.ndarray]:
 
 
 register(Op.BIDIRECTIONAL_SEQUENCE_LSTM, validate=_bi_validate, prepare=_bi_prepare,
-         execute=_bi_execute, allow_omitted_operand=True)
+         execute=_bi_execute, params=bi_params, allow_omitted_operand=True)

@@ -18,13 +18,15 @@ backward hidden states (the backward state is the one after time step 0).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._activation import check_cell_activation
 from ._rnn import check_cell_shapes, f32, rnn_step
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
+from .rnn import RnnParams
 
 _FLOATS = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16)
 
@@ -74,20 +76,27 @@ def _uni_validate(ctx: OpContext) -> None:
         pass
 
 
-def _uni_prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    check_cell_activation(ctx.op.name, ctx.scalar(5), "input 5 (activation)")
+@resolver
+def uni_params(ctx: OpContext) -> RnnParams:
+    """RnnParams of UNIDIRECTIONAL_SEQUENCE_RNN (time_major: input 6); INVALID_ARGUMENT naming the
+    input at fault, UnknownValue while a scalar is not constant."""
+    act = check_cell_activation(ctx.op.name, ctx.scalar(5), "input 5 (activation)")
     tm = _uni_time_major(ctx)
     max_time, batch, input_size = _time_major_dims(ctx, tm, ctx.inputs[0].dims, "input 0")
     units = check_cell_shapes(ctx, input_size=input_size, batch=batch, weights=1, recurrent=2, bias=3, hidden=4)
     shapes = [_layout(tm, max_time, batch, units)]
     if len(ctx.outputs) == 2:
         shapes.append((batch, units))
-    return shapes
+    return RnnParams(act, units, tm, tuple(shapes))
+
+
+def _uni_prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return list(uni_params(ctx).out_dims)
 
 
 def _uni_execute(ctx: OpContext) -> list[np.ndarray]:
-    tm = _uni_time_major(ctx)
-    act = ctx.scalar(5)
+    p = uni_params(ctx)
+    tm, act = p.time_major, p.activation
     x = _to_time_major(f32(ctx, 0), tm)
     w, r, b, h = f32(ctx, 1), f32(ctx, 2), f32(ctx, 3), f32(ctx, 4)
     steps = []
@@ -102,11 +111,30 @@ def _uni_execute(ctx: OpContext) -> list[np.ndarray]:
     return results
 
 
-register(Op.UNIDIRECTIONAL_SEQUENCE_RNN, validate=_uni_validate, prepare=_uni_prepare, execute=_uni_execute)
+register(Op.UNIDIRECTIONAL_SEQUENCE_RNN, validate=_uni_validate, prepare=_uni_prepare, execute=_uni_execute,
+         params=uni_params)
 
 
 # --- BIDIRECTIONAL_SEQUENCE_RNN -------------------------------------------------------------------
 _NO_LINKING, _PARALLEL, _CROSS = "none", "parallel", "cross"
+
+
+@dataclass(frozen=True)
+class BidirectionalRnnParams:
+    """BIDIRECTIONAL_SEQUENCE_RNN: the cell activation code, the layout (time_major), whether the
+    outputs are merged on the last axis, the auxiliary linking ("none"; "parallel": the backward cell
+    reads the auxiliary input (input 9) instead of input 0; "cross": the auxiliary input times the
+    auxiliary weights (inputs 10, 11) is added in both directions), num_units of each direction and
+    the output shapes. Forward weights / recurrent weights / bias / hidden state are inputs 1-4,
+    backward 5-8."""
+
+    activation: int
+    time_major: bool
+    merge_outputs: bool
+    linking: str
+    fw_units: int
+    bw_units: int
+    out_dims: tuple[tuple[int, ...], ...]
 
 
 def _linking(ctx: OpContext) -> str:
@@ -151,7 +179,15 @@ def _bi_validate(ctx: OpContext) -> None:
 
 
 def _bi_prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    check_cell_activation(ctx.op.name, ctx.scalar(12), "input 12 (activation)")
+    return list(bi_params(ctx).out_dims)
+
+
+@resolver
+def bi_params(ctx: OpContext) -> BidirectionalRnnParams:
+    """The resolved BidirectionalRnnParams (Android's prepare); INVALID_ARGUMENT naming the input at
+    fault, UnknownValue while a scalar is not constant. At compile time an auxiliary input fed by the
+    model may still be omitted by the request, so its linking is checked only at execution."""
+    act = check_cell_activation(ctx.op.name, ctx.scalar(12), "input 12 (activation)")
     merge = _bi_merge(ctx)
     tm = bool(ctx.scalar(13))
     linking = _linking(ctx)
@@ -184,14 +220,12 @@ def _bi_prepare(ctx: OpContext) -> list[tuple[int, ...]]:
         shapes.append(_layout(tm, max_time, batch, bw))
     if len(ctx.outputs) in (3, 4):
         shapes += [(batch, fw), (batch, bw)]
-    return shapes
+    return BidirectionalRnnParams(act, tm, merge, linking, fw, bw, tuple(shapes))
 
 
 def _bi_execute(ctx: OpContext) -> list[np.ndarray]:
-    act = ctx.scalar(12)
-    tm = bool(ctx.scalar(13))
-    merge = bool(ctx.scalar(14))
-    linking = _linking(ctx)
+    p = bi_params(ctx)
+    act, tm, merge, linking = p.activation, p.time_major, p.merge_outputs, p.linking
     x = _to_time_major(f32(ctx, 0), tm)
     aux = _to_time_major(f32(ctx, 9), tm) if linking != _NO_LINKING else None
     fw_aux_w = f32(ctx, 10) if linking == _CROSS else None
@@ -222,4 +256,4 @@ def _bi_execute(ctx: OpContext) -> list[np.ndarray]:
 
 
 register(Op.BIDIRECTIONAL_SEQUENCE_RNN, validate=_bi_validate, prepare=_bi_prepare, execute=_bi_execute,
-         allow_omitted_operand=True)
+         params=bi_params, allow_omitted_operand=True)

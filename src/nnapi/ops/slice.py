@@ -7,14 +7,28 @@ Quantized outputs keep the input's scale and zero point.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM,
           T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class SliceParams:
+    """SLICE: per dimension the first index and the number of elements taken (size -1 resolved);
+    the output shape is `sizes`."""
+
+    begins: tuple[int, ...]
+    sizes: tuple[int, ...]
+
+    @property
+    def out_dims(self) -> tuple[int, ...]:
+        return self.sizes
 
 
 def _validate(ctx: OpContext) -> None:
@@ -53,14 +67,23 @@ def _bounds(ctx: OpContext) -> list[tuple[int, int]]:
     return out
 
 
+@resolver
+def params(ctx: OpContext) -> SliceParams:
+    """The resolved SliceParams (Android's slice::prepare: 0 <= begin, 0 <= size, begin + size <= dim);
+    INVALID_ARGUMENT naming the input at fault, UnknownValue while begin or size is not constant."""
+    bounds = _bounds(ctx)
+    return SliceParams(tuple(b for b, _ in bounds), tuple(s for _, s in bounds))
+
+
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    return [tuple(s for _, s in _bounds(ctx))]
+    return [params(ctx).sizes]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    bounds = _bounds(ctx)
-    y = ctx.input(0)[tuple(slice(b, b + s) for b, s in bounds)]
+    g = params(ctx)
+    y = ctx.input(0)[tuple(slice(b, b + s) for b, s in zip(g.begins, g.sizes))]
     return [np.ascontiguousarray(y).astype(ctx.outputs[0].dtype)]
 
 
-register(Op.SLICE, validate=_validate, prepare=_prepare, execute=_execute, allow_zero_sized_input=True)
+register(Op.SLICE, validate=_validate, prepare=_prepare, execute=_execute, params=params,
+         allow_zero_sized_input=True)

@@ -5,15 +5,25 @@ Input 1 is beta (FLOAT16 for float16 tensors, FLOAT32 otherwise), optional input
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._quant import as_float32, quantize
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 _OUTPUT_ZERO_POINT = {T.TENSOR_QUANT8_ASYMM: 0, T.TENSOR_QUANT8_ASYMM_SIGNED: -128}
+
+
+@dataclass(frozen=True)
+class SoftmaxParams:
+    """SOFTMAX / LOG_SOFTMAX: beta (a Python float, > 0 for SOFTMAX) and the axis, non-negative."""
+
+    beta: float
+    axis: int
 
 
 def _validate(ctx: OpContext) -> None:
@@ -54,19 +64,25 @@ def _axis(ctx: OpContext) -> int:
     return axis % max(rank, 1)
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> SoftmaxParams:
+    """The resolved SoftmaxParams: beta (input 1) and the axis (input 2, default -1); INVALID_ARGUMENT
+    naming the input at fault, UnknownValue while one is not constant or the rank is unknown."""
     dims = ctx.inputs[0].dims
     if len(dims) > 4:
         raise ctx.fail(f"input 0 has rank {len(dims)}, expected at most 4")
-    _check_beta(ctx)
-    _axis(ctx)
-    return [dims]
+    return SoftmaxParams(_check_beta(ctx), _axis(ctx))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    params(ctx)
+    return [ctx.inputs[0].dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
     x, out = ctx.inputs[0], ctx.outputs[0]
-    beta = _check_beta(ctx)
-    axis = _axis(ctx)
+    g = params(ctx)
+    beta, axis = g.beta, g.axis
     if x.value.size == 0:
         return [np.zeros(x.dims, out.dtype)]
     v = x.value.reshape(x.dims or (1,))
@@ -83,4 +99,5 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [y.astype(out.dtype)]
 
 
-register(Op.SOFTMAX, validate=_validate, prepare=_prepare, execute=_execute, allow_zero_sized_input=True)
+register(Op.SOFTMAX, validate=_validate, prepare=_prepare, execute=_execute, params=params,
+         allow_zero_sized_input=True)

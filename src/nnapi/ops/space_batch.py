@@ -9,16 +9,31 @@ Quantized outputs keep the input's scale and zero point.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._padding import from_nhwc, join_dims, split_dims, to_nhwc
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 #: Position of the optional layout flag.
 _LAYOUT = {Op.BATCH_TO_SPACE_ND: 2, Op.SPACE_TO_BATCH_ND: 3}
+
+
+@dataclass(frozen=True)
+class SpaceBatchParams:
+    """BATCH_TO_SPACE_ND / SPACE_TO_BATCH_ND: the block (height, width), SPACE_TO_BATCH_ND's spatial
+    paddings (top, bottom, left, right; zeros for BATCH_TO_SPACE_ND), the layout and the output
+    shape. SPACE_TO_BATCH_ND's batch index is (shift_h * block_w + shift_w) * N + n."""
+
+    block_h: int
+    block_w: int
+    paddings: tuple[int, int, int, int]
+    nchw: bool
+    out_dims: tuple[int, ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -66,7 +81,10 @@ def _paddings(ctx: OpContext) -> tuple[int, int, int, int]:
     return top, bottom, left, right
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> SpaceBatchParams:
+    """The resolved SpaceBatchParams; INVALID_ARGUMENT naming the input at fault (block < 1, negative
+    paddings, sizes that are not multiples of the block), UnknownValue while one is not constant."""
     dims = ctx.inputs[0].dims
     if len(dims) != 4:
         raise ctx.fail(f"input 0 has rank {len(dims)}, expected 4")
@@ -76,26 +94,30 @@ def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
     if ctx.op == Op.BATCH_TO_SPACE_ND:
         if n % (bh * bw):
             raise ctx.fail(f"input 0 batch size {n} is not a multiple of block_h * block_w = {bh * bw}")
-        return [join_dims(n // (bh * bw), h * bh, w * bw, c, nchw)]
-    top, bottom, left, right = _paddings(ctx)
+        return SpaceBatchParams(bh, bw, (0, 0, 0, 0), nchw, join_dims(n // (bh * bw), h * bh, w * bw, c, nchw))
+    pads = _paddings(ctx)
+    top, bottom, left, right = pads
     ph, pw = h + top + bottom, w + left + right
     if ph % bh or pw % bw:
         raise ctx.fail(f"padded spatial size {ph}x{pw} is not a multiple of block_shape [{bh}, {bw}]")
-    return [join_dims(n * bh * bw, ph // bh, pw // bw, c, nchw)]
+    return SpaceBatchParams(bh, bw, pads, nchw, join_dims(n * bh * bw, ph // bh, pw // bw, c, nchw))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return [params(ctx).out_dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
     out = ctx.outputs[0]
-    nchw = _nchw(ctx)
-    _prepare(ctx)
+    g = params(ctx)
+    nchw, bh, bw = g.nchw, g.block_h, g.block_w
     x = to_nhwc(ctx.input(0), nchw)
     n, h, w, c = x.shape
-    bh, bw = _block(ctx)
     if ctx.op == Op.BATCH_TO_SPACE_ND:
         y = x.reshape(bh, bw, n // (bh * bw), h, w, c).transpose(2, 3, 0, 4, 1, 5)
         y = y.reshape(n // (bh * bw), h * bh, w * bw, c)
     else:
-        top, bottom, left, right = _paddings(ctx)
+        top, bottom, left, right = g.paddings
         fill = out.zero_point if out.type.is_quantized else 0
         p = np.pad(x, ((0, 0), (top, bottom), (left, right), (0, 0)), constant_values=fill)
         ph, pw = p.shape[1], p.shape[2]
@@ -105,4 +127,4 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
 
 
 register(Op.BATCH_TO_SPACE_ND, Op.SPACE_TO_BATCH_ND, validate=_validate, prepare=_prepare,
-         execute=_execute)
+         execute=_execute, params=params)

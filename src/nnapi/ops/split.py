@@ -5,15 +5,25 @@ num_splits outputs. Quantized outputs keep the input's scale and zero point.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from ._axis import scalar_axis
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM,
           T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class SplitParams:
+    """SPLIT: the axis (non-negative), the number of equal parts and each part's shape."""
+
+    axis: int
+    num_splits: int
+    out_dims: tuple[int, ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -42,7 +52,10 @@ def _num_splits(ctx: OpContext) -> int:
     return n
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> SplitParams:
+    """The resolved SplitParams; INVALID_ARGUMENT when the axis dimension is not a multiple of
+    num_splits or num_splits differs from the output count, UnknownValue while a scalar is not constant."""
     dims = ctx.inputs[0].dims
     if not dims:
         raise ctx.fail("input 0 must have rank >= 1")
@@ -53,14 +66,18 @@ def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
                        f"num_splits {n}")
     out = list(dims)
     out[axis] = dims[axis] // n
-    return [tuple(out)] * n
+    return SplitParams(axis, n, tuple(out))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    g = params(ctx)
+    return [g.out_dims] * g.num_splits
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    _prepare(ctx)
-    axis = scalar_axis(ctx, 1, len(ctx.inputs[0].dims))
-    parts = np.split(ctx.input(0), _num_splits(ctx), axis=axis)
+    g = params(ctx)
+    parts = np.split(ctx.input(0), g.num_splits, axis=g.axis)
     return [np.ascontiguousarray(p).astype(o.dtype) for p, o in zip(parts, ctx.outputs)]
 
 
-register(Op.SPLIT, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.SPLIT, validate=_validate, prepare=_prepare, execute=_execute, params=params)

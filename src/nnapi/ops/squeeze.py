@@ -11,7 +11,8 @@ import numpy as np
 from ..hal import OperandType as T, OperationType as Op
 from ._axis import normalize_axes
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
+from .reshape import ReshapeParams
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
 
@@ -28,12 +29,13 @@ def _validate(ctx: OpContext) -> None:
         ctx.check_same_quant(0, 0, j_output=True)
     if ctx.inputs[0].dims and ctx.has_input(1) and ctx.inputs[1].value is not None:
         try:
-            _output_dims(ctx, zeros_unknown=True)
+            _squeeze(ctx, zeros_unknown=True)
         except UnknownValue:
             pass
 
 
-def _output_dims(ctx: OpContext, *, zeros_unknown: bool = False) -> tuple[int, ...]:
+def _squeeze(ctx: OpContext, *, zeros_unknown: bool = False) -> ReshapeParams:
+    """The squeezed axes and the output shape."""
     dims = ctx.inputs[0].dims
     rank = len(dims)
     if rank > 4:
@@ -47,15 +49,24 @@ def _output_dims(ctx: OpContext, *, zeros_unknown: bool = False) -> tuple[int, .
     else:
         squeeze = {a for a, d in enumerate(dims) if d == 1}
     out = tuple(d for a, d in enumerate(dims) if a not in squeeze)
-    return out or (1,)
+    return ReshapeParams(out or (1,), tuple(sorted(squeeze)))
+
+
+@resolver
+def params(ctx: OpContext) -> ReshapeParams:
+    """ReshapeParams of SQUEEZE: the dropped axes (input 1, or every size-1 dimension when omitted) and
+    the output shape; INVALID_ARGUMENT naming the axis at fault, UnknownValue while input 1 is not
+    constant."""
+    return _squeeze(ctx, zeros_unknown=ctx.compile_time)
 
 
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    return [_output_dims(ctx)]
+    return [_squeeze(ctx).out_dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    return [ctx.input(0).reshape(_output_dims(ctx)).astype(ctx.outputs[0].dtype)]
+    return [ctx.input(0).reshape(_squeeze(ctx).out_dims).astype(ctx.outputs[0].dtype)]
 
 
-register(Op.SQUEEZE, validate=_validate, prepare=_prepare, execute=_execute, allow_omitted_operand=True)
+register(Op.SQUEEZE, validate=_validate, prepare=_prepare, execute=_execute, params=params,
+         allow_omitted_operand=True)

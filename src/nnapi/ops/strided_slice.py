@@ -13,13 +13,27 @@ Rank <= 4; quantized outputs keep the input's scale and zero point.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class StridedSliceParams:
+    """STRIDED_SLICE with masks and clamping resolved: per input dimension the first index, the
+    (non-zero) stride and the number of elements taken (index begin + stride * k, k < extent),
+    whether the dimension is dropped (shrink_axis_mask), and the output shape."""
+
+    begins: tuple[int, ...]
+    strides: tuple[int, ...]
+    extents: tuple[int, ...]
+    shrink: tuple[bool, ...]
+    out_dims: tuple[int, ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -86,15 +100,24 @@ def _plan(ctx: OpContext) -> tuple[list[tuple[int, int, int]], list[bool], tuple
     return plan, shrink, tuple(out) or (1,)
 
 
+@resolver
+def params(ctx: OpContext) -> StridedSliceParams:
+    """The resolved StridedSliceParams (Android's strided_slice::prepare); INVALID_ARGUMENT naming the
+    input at fault, UnknownValue while begin, end, strides or a mask is not constant."""
+    plan, shrink, out_dims = _plan(ctx)
+    return StridedSliceParams(tuple(b for b, _, _ in plan), tuple(s for _, s, _ in plan),
+                              tuple(n for _, _, n in plan), tuple(shrink), out_dims)
+
+
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    return [_plan(ctx)[2]]
+    return [params(ctx).out_dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    plan, _, out_dims = _plan(ctx)
+    g = params(ctx)
     x = ctx.input(0)
-    index = np.ix_(*[b + s * np.arange(n, dtype=np.int64) for b, s, n in plan])
-    return [x[index].reshape(out_dims).astype(ctx.outputs[0].dtype)]
+    index = np.ix_(*[b + s * np.arange(n, dtype=np.int64) for b, s, n in zip(g.begins, g.strides, g.extents)])
+    return [x[index].reshape(g.out_dims).astype(ctx.outputs[0].dtype)]
 
 
-register(Op.STRIDED_SLICE, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.STRIDED_SLICE, validate=_validate, prepare=_prepare, execute=_execute, params=params)

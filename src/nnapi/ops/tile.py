@@ -4,14 +4,23 @@ Quantized outputs keep the input's scale and zero point.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM,
           T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class TileParams:
+    """TILE: the repetition count of each dimension and the output shape."""
+
+    multiples: tuple[int, ...]
+    out_dims: tuple[int, ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -38,15 +47,22 @@ def _multiples(ctx: OpContext) -> list[int]:
     return [int(v) for v in m]
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> TileParams:
+    """The resolved TileParams; INVALID_ARGUMENT when input 1 has the wrong length or a negative value,
+    UnknownValue while it is not constant."""
     if not ctx.inputs[0].dims:
         raise ctx.fail("input 0 must have rank >= 1")
-    return [tuple(d * m for d, m in zip(ctx.inputs[0].dims, _multiples(ctx)))]
+    multiples = tuple(_multiples(ctx))
+    return TileParams(multiples, tuple(d * m for d, m in zip(ctx.inputs[0].dims, multiples)))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return [params(ctx).out_dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    _prepare(ctx)
-    return [np.tile(ctx.input(0), _multiples(ctx)).astype(ctx.outputs[0].dtype)]
+    return [np.tile(ctx.input(0), params(ctx).multiples).astype(ctx.outputs[0].dtype)]
 
 
-register(Op.TILE, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.TILE, validate=_validate, prepare=_prepare, execute=_execute, params=params)

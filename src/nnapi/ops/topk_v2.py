@@ -8,14 +8,25 @@ reversed) orders them.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32,
           T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class TopKParams:
+    """TOPK_V2: k and the shape of both outputs (the last dimension replaced by k); equal values come
+    out in decreasing index order."""
+
+    k: int
+    out_dims: tuple[int, ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -39,19 +50,26 @@ def _k(ctx: OpContext, last: int | None) -> int:
     return k
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> TopKParams:
+    """The resolved TopKParams; INVALID_ARGUMENT unless 1 <= k <= the last dimension, UnknownValue
+    while k (input 1) is not constant."""
     dims = ctx.inputs[0].dims
     if not dims:
         raise ctx.fail("input 0 must have rank at least 1")
     k = _k(ctx, dims[-1])
-    out = dims[:-1] + (k,)
+    return TopKParams(k, tuple(dims[:-1]) + (k,))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    out = params(ctx).out_dims
     return [out, out]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    out_dims, _ = _prepare(ctx)
+    g = params(ctx)
+    out_dims, k = g.out_dims, g.k
     x = ctx.input(0)
-    k = out_dims[-1]
     if x.size == 0:
         return [np.zeros(out_dims, ctx.outputs[0].dtype), np.zeros(out_dims, np.int32)]
     rows = x.reshape(-1, x.shape[-1])
@@ -63,4 +81,4 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
             order.astype(np.int32).reshape(out_dims)]
 
 
-register(Op.TOPK_V2, validate=_validate, prepare=_prepare, execute=_execute)
+register(Op.TOPK_V2, validate=_validate, prepare=_prepare, execute=_execute, params=params)

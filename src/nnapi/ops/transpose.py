@@ -6,13 +6,23 @@ input's scale and zero point.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
 from .context import OpContext, UnknownValue
-from .registry import register
+from .registry import register, resolver
 
 _TYPES = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED)
+
+
+@dataclass(frozen=True)
+class TransposeParams:
+    """TRANSPOSE: output dimension i is input dimension perm[i]."""
+
+    perm: tuple[int, ...]
+    out_dims: tuple[int, ...]
 
 
 def _validate(ctx: OpContext) -> None:
@@ -44,14 +54,23 @@ def _perm(ctx: OpContext) -> list[int]:
     return perm
 
 
-def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+@resolver
+def params(ctx: OpContext) -> TransposeParams:
+    """The resolved TransposeParams (input 1, or the dimensions reversed when it is omitted);
+    INVALID_ARGUMENT when it is not a permutation, UnknownValue while input 1 is not constant."""
     dims = ctx.inputs[0].dims
-    return [tuple(dims[p] for p in _perm(ctx))]
+    perm = tuple(_perm(ctx))
+    return TransposeParams(perm, tuple(dims[p] for p in perm))
+
+
+def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
+    return [params(ctx).out_dims]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    y = np.transpose(ctx.input(0), _perm(ctx))
+    y = np.transpose(ctx.input(0), params(ctx).perm)
     return [np.ascontiguousarray(y).astype(ctx.outputs[0].dtype)]
 
 
-register(Op.TRANSPOSE, validate=_validate, prepare=_prepare, execute=_execute, allow_omitted_operand=True)
+register(Op.TRANSPOSE, validate=_validate, prepare=_prepare, execute=_execute, params=params,
+         allow_omitted_operand=True, allow_zero_sized_input=True)

@@ -19,28 +19,19 @@ from ..hal import OperandType as T, OperationType as Op, PaddingScheme
 from . import _activation, _conv
 from ._padding import explicit_padding, from_nhwc, join_dims, split_dims, to_nhwc, transpose_out_size
 from .context import OpContext
-from .registry import register
+from .registry import register, resolver
 
 _EXPLICIT, _IMPLICIT = 11, 9
 
 
 @dataclass(frozen=True)
-class _Params:
-    pad_left: int
-    pad_right: int
-    pad_top: int
-    pad_bottom: int
-    stride_w: int
-    stride_h: int
-    activation: int
-    nchw: bool
+class TransposeConv2dParams:
+    """Resolved parameters and sizes of one TRANSPOSE_CONV_2D; 0 marks a size unknown at compile time.
+    Input pixel (y, x) adds filter tap (i, j) into output (y * stride_h - pad_top + i,
+    x * stride_w - pad_left + j); contributions outside the output are dropped. The bottom / right
+    paddings may be negative; dilations are 1, extras empty."""
 
-
-@dataclass(frozen=True)
-class _Geometry:
-    """Resolved parameters and sizes; 0 marks a size unknown at compile time."""
-
-    params: _Params
+    params: _conv.WindowParams
     batches: int
     channels_out: int
     filter_h: int
@@ -84,7 +75,7 @@ def _validate(ctx: OpContext) -> None:
         raise ctx.fail(f"bias (input 2) has {b.dims[0]} elements for {f.dims[0]} output channels")
 
 
-def _read_params(ctx: OpContext, filter_h: int, filter_w: int) -> _Params:
+def _read_params(ctx: OpContext, filter_h: int, filter_w: int) -> _conv.WindowParams:
     """All scalar parameters (UnknownValue propagates), implicit padding resolved from the
     output-shape tensor."""
     n = len(ctx.inputs)
@@ -111,11 +102,14 @@ def _read_params(ctx: OpContext, filter_h: int, filter_w: int) -> _Params:
         if v <= 0:
             raise ctx.fail(f"{name} is {v}, must be > 0")
     _activation.check_activation(ctx.op.name, activation)
-    return _Params(pl, pr, pt, pb, sw, sh, activation, nchw)
+    return _conv.WindowParams(pl, pr, pt, pb, sw, sh, 1, 1, activation, nchw, ())
 
 
-def _geometry(ctx: OpContext) -> _Geometry:
-    """Check shapes against each other and compute the output size (Android's TransposeConv2D prepare)."""
+@resolver
+def params(ctx: OpContext) -> TransposeConv2dParams:
+    """The resolved TransposeConv2dParams: implicit padding derived from the output-shape tensor,
+    shapes checked against each other and the output size computed (Android's TransposeConv2D
+    prepare); INVALID_ARGUMENT naming the input at fault."""
     x, f, b = ctx.inputs[0], ctx.inputs[1], ctx.inputs[2]
     _conv.check_input_ranks(ctx, (4, 4, 1))
     o, fh, fw, fc = f.dims
@@ -134,16 +128,16 @@ def _geometry(ctx: OpContext) -> _Geometry:
     ow = transpose_out_size(w, fw, p.stride_w, p.pad_left, p.pad_right) if w and fw else 0
     if (h and fh and oh <= 0) or (w and fw and ow <= 0):
         raise ctx.fail(f"the padding leaves no output (output {oh}x{ow})")
-    return _Geometry(p, n, o, fh, fw, oh, ow)
+    return TransposeConv2dParams(p, n, o, fh, fw, oh, ow)
 
 
 def _prepare(ctx: OpContext) -> list[tuple[int, ...]]:
-    g = _geometry(ctx)
+    g = params(ctx)
     return [join_dims(g.batches, g.out_h, g.out_w, g.channels_out, g.params.nchw)]
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
-    g = _geometry(ctx)
+    g = params(ctx)
     p = g.params
     x = to_nhwc(_conv.centered_input(ctx), p.nchw)
     weights = _conv.centered_filter(ctx)  # [O, FH, FW, C]
@@ -152,5 +146,5 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     return [from_nhwc(_conv.finish(ctx, acc, p.activation), p.nchw)]
 
 
-register(Op.TRANSPOSE_CONV_2D, validate=_validate, prepare=_prepare, execute=_execute,
+register(Op.TRANSPOSE_CONV_2D, validate=_validate, prepare=_prepare, execute=_execute, params=params,
          allow_zero_sized_input=True)

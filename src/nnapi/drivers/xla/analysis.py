@@ -22,8 +22,10 @@ import jax.numpy as jnp
 from ...hal import Model, OperandLifeTime as L, OperandType as T
 from ...ops import OpContext, find_operation, numpy_dtype
 from ...validation import ConstantReader, build_operation_context, infer_model_shapes
-from . import control_flow
+from . import control_flow, rules
 from .lowering import LOWERINGS, TENSOR_TYPES, LoweredOp, run_op
+
+rules.load_all()  # the rules register themselves in LOWERINGS; this module is the table's reader
 
 #: Deepest nesting of IF / WHILE bodies the driver lowers.
 MAX_DEPTH = 8
