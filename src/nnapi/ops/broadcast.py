@@ -158,12 +158,25 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
         result = _int32(ctx.op, a.value, b.value)
     elif a.type in _QUANT:
         result = _QUANT_KERNELS[ctx.op](ctx, int(activation))
-    else:
-        x, y = a.value.astype(np.float32), b.value.astype(np.float32)
-        with np.errstate(all="ignore"):  # DIV by zero gives inf/nan as in C++
-            r = {Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.divide}[ctx.op](x, y)
-        result = apply_float(r, activation)
-    return [np.broadcast_to(result, shape).astype(out.dtype)]
+    else:  # float16 is computed in float32, as the reference kernels do
+        x, y = a.value, b.value
+        if x.dtype != np.float32:
+            x = x.astype(np.float32)
+        if y.dtype != np.float32:
+            y = y.astype(np.float32)
+        ufunc = _FLOAT_UFUNCS[ctx.op]
+        if ctx.op == Op.DIV:
+            with np.errstate(all="ignore"):  # DIV by zero gives inf/nan as in C++
+                result = ufunc(x, y)
+        else:
+            result = ufunc(x, y)
+        result = apply_float(result, activation)
+    if result.shape != shape:
+        result = np.broadcast_to(result, shape)
+    return [result if result.dtype == out.dtype and result.flags.owndata else result.astype(out.dtype)]
+
+
+_FLOAT_UFUNCS = {Op.ADD: np.add, Op.SUB: np.subtract, Op.MUL: np.multiply, Op.DIV: np.divide}
 
 
 def _int32(op: Op, x: np.ndarray, y: np.ndarray) -> np.ndarray:
