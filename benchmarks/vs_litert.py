@@ -1,14 +1,22 @@
-"""nnapi vs LiteRT on the shared `.tflite` models (../shared/models), in one run on this machine.
+"""nnapi vs LiteRT on the shared `.tflite` models (../shared/models), side by side in one process.
 
-For each model: LiteRT 2.3.0 (`ai-edge-litert`, XNNPACK, `--threads` threads) and nnapi on each device
-alone: load (LiteRT: interpreter + allocate; nnapi: import), nnapi's cold and cached prepare, first
-inference, p50 and p90 of `--runs` runs after 5 warm-ups; ratios are nnapi / LiteRT (> 1: slower).
-The thread count also caps numpy's BLAS and XLA's CPU threads. Without `ai-edge-litert` installed
-(`pip install -e '.[bench]'`) the LiteRT columns are empty and only nnapi figures are reported.
+For each thread count and model: LiteRT 2.3.0 (`ai-edge-litert`, XNNPACK, the same thread count) and
+nnapi on each target (`openvino` alone, `default` = all devices, partitioned, or any device name):
+- preparation: cold (empty cache directory, so it includes the NNAPI -> device graph build and the
+  compile) and cached (the same cache directory again), side by side, with their ratio; the cached
+  preparation also in a new process (as after an app restart: nothing of the compilation in memory);
+- execution: after warm-ups, the targets run round-robin (LiteRT, then each nnapi target, repeated
+  `--runs` times), so machine noise hits every runtime alike; p50 / p90 per target and the ratio of
+  p50s to LiteRT's (> 1: slower);
+- outputs: nnapi's outputs on the model's reference input are checked against LiteRT's
+  (../shared/models/reference/<name>.npz) with LiteRT's tolerances (float: 1e-3 of the largest value;
+  int8: 99% within +-2 LSB, or the share LiteRT's own kernel sets agree on, and the same top-1).
+The openvino driver reads its thread count (NNAPI_OPENVINO_THREADS) at each preparation, so both thread
+counts run in this one process. Without `ai-edge-litert` installed the LiteRT columns are empty.
 
-    python benchmarks/vs_litert.py [--models NAME,...] [--devices reference,xla] [--runs 50] [--threads 1]
+    python benchmarks/vs_litert.py [--models NAME,...] [--targets openvino,default] [--threads 1,2] [--runs 50]
 
-Prints a table and, as the last line, one JSON object with every figure.
+Prints a table per thread count and, as the last line, one JSON object with every figure.
 """
 from __future__ import annotations
 
@@ -16,7 +24,10 @@ import argparse
 import json
 import os
 import pathlib
+import shutil
+import statistics
 import sys
+import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -27,53 +38,176 @@ def _limit_threads(n: int) -> None:
     """Before numpy / jax load: cap BLAS and XLA CPU threads at `n`."""
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(var, str(n))
-    if n == 1:
-        flags = os.environ.get("XLA_FLAGS", "")
-        if "xla_cpu_multi_thread_eigen" not in flags:
-            os.environ["XLA_FLAGS"] = (flags + " --xla_cpu_multi_thread_eigen=false").strip()
 
 
-def litert_figures(path: pathlib.Path, threads: int, runs: int, warmup: int = 5) -> dict:
+def check_outputs(got: list, ref) -> tuple[bool, str]:
+    """nnapi's outputs against LiteRT's reference outputs, with LiteRT's tolerances (tests/test_models.py)."""
     import numpy as np
-    from ai_edge_litert.interpreter import Interpreter
+    notes, ok = [], True
+    for k, g in enumerate(got):
+        want = ref[f"output_{k}"]
+        g = np.asarray(g).reshape(want.shape)
+        if want.dtype.kind == "f":
+            err = float(np.abs(g.astype(np.float64) - want).max()) / (float(np.abs(want).max()) or 1.0)
+            ok &= err <= 1e-3
+            notes.append(f"{err:.1e}")
+            continue
+        other = ref[f"output_{k}_refkernels"] if f"output_{k}_refkernels" in ref.files else want
 
-    from nnapi.cli import random_inputs
-    from nnapi.importers import TensorInfo
+        def share(a, b):
+            return float(np.mean(np.abs(a.astype(np.int64) - b.astype(np.int64)) <= 2))
+        best = max(share(g, want), share(g, other))
+        required = min(0.99, share(want, other))
+        top1 = not (want.ndim == 2 and want.shape[1] > 1) or int(np.argmax(g)) == int(np.argmax(want))
+        ok &= best >= required and top1
+        notes.append(f"{best:.3f}/{required:.3f}{'' if top1 else ' top-1 differs'}")
+    return ok, ",".join(notes)
+
+
+def _litert(path: pathlib.Path, threads: int, inputs: list):
+    from ai_edge_litert.interpreter import Interpreter
     start = time.perf_counter()
     interp = Interpreter(model_path=str(path), num_threads=threads)
     interp.allocate_tensors()
     load_ms = (time.perf_counter() - start) * 1000
-    details = interp.get_input_details()
-    infos = [TensorInfo(d["name"], tuple(d["shape"]), np.dtype(d["dtype"]), *d["quantization"]) for d in details]
-    for d, x in zip(details, random_inputs(infos)):
+    for d, x in zip(interp.get_input_details(), inputs):
         interp.set_tensor(d["index"], x)
+    return interp, load_ms
 
-    def once() -> float:
-        t = time.perf_counter()
-        interp.invoke()
-        return (time.perf_counter() - t) * 1000
 
-    first = once()
-    for _ in range(warmup):
-        once()
-    times = sorted(once() for _ in range(runs))
-    return {"load_ms": round(load_ms, 3), "first_ms": round(first, 4),
-            "p50_ms": round(float(np.percentile(times, 50)), 4), "p90_ms": round(float(np.percentile(times, 90)), 4)}
+def _compile(imported, target: str, cache_dir: str):
+    from nnapi.runtime import Compilation
+    devices = None if target == "default" else [target]
+    start = time.perf_counter()
+    c = Compilation(imported.model, devices=devices, cache_dir=cache_dir, token=imported.token()).finish()
+    return c, time.perf_counter() - start
+
+
+_NEW_PROCESS = """
+import os, sys, time
+os.environ["NNAPI_OPENVINO_THREADS"] = {threads!r}
+import nnapi
+from nnapi.cli import warm_up_devices
+from nnapi.importers import load_tflite
+warm_up_devices({warm!r})
+imported = load_tflite({path!r})
+start = time.perf_counter()
+c = nnapi.Compilation(imported.model, devices={devices!r}, cache_dir={cache!r}, token=imported.token()).finish()
+print((time.perf_counter() - start) * 1000, ",".join(o.outcome for o in c.cache_outcomes))
+"""
+
+
+def cached_in_new_process(path: pathlib.Path, target: str, cache_dir: str, threads: int) -> tuple[float, str]:
+    """(ms, cache outcomes) of the cached preparation in a fresh process (after its own warm-up)."""
+    import subprocess
+    devices = None if target == "default" else [target]
+    code = _NEW_PROCESS.format(threads=str(threads), warm=devices, path=str(path), devices=devices, cache=cache_dir)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600)
+    ms, outcomes = out.stdout.split()[-2:]
+    return float(ms), outcomes
+
+
+def bench_model(name: str, entry: dict, threads: int, targets: list[str], runs: int, warmup: int,
+                litert_ok: bool) -> dict:
+    import numpy as np
+
+    import nnapi
+    from nnapi.importers import UnsupportedOperatorsError, load_tflite
+    os.environ["NNAPI_OPENVINO_THREADS"] = str(threads)
+    path = SHARED / entry["file"]
+    row: dict = {"model": name, "threads": threads, "litert": None, "nnapi": {}}
+    try:
+        start = time.perf_counter()
+        imported = load_tflite(path)
+        row["import_ms"] = round((time.perf_counter() - start) * 1000, 3)
+    except UnsupportedOperatorsError as e:
+        row["error"] = "unsupported: " + ", ".join(sorted({p.operator for p in e.problems}))
+        return row
+    ref = np.load(SHARED / entry["reference_npz"]) if entry.get("reference_npz") else None
+    if ref is not None:
+        inputs = [ref[f"input_{k}"] for k in range(len(imported.inputs))]
+    else:
+        from nnapi.cli import random_inputs
+        inputs = random_inputs(imported.inputs)
+    runners = {}
+    if litert_ok:
+        try:
+            interp, load_ms = _litert(path, threads, inputs)
+            row["litert"] = {"load_ms": round(load_ms, 3)}
+            runners["litert"] = interp.invoke
+        except Exception as e:  # e.g. a custom operator stock LiteRT cannot run
+            row["litert"] = {"error": str(e).splitlines()[0][:200]}
+    scratch = tempfile.mkdtemp(prefix="nnapi-vs-litert-")
+    try:
+        for target in targets:
+            figures: dict = {}
+            row["nnapi"][target] = figures
+            cache_dir = os.path.join(scratch, target)
+            os.makedirs(cache_dir)
+            try:
+                _, cold_s = _compile(imported, target, cache_dir)
+                compilation, cached_s = _compile(imported, target, cache_dir)
+            except nnapi.NnError as e:
+                figures["error"] = f"{e.code.name}: {e.message.splitlines()[0][:200]}"
+                continue
+            figures["prepare_cold_ms"] = round(cold_s * 1000, 2)
+            figures["prepare_cached_ms"] = round(cached_s * 1000, 2)
+            figures["prepare_ratio"] = round(cold_s / cached_s, 1)
+            figures["cache"] = [o.outcome for o in compilation.cache_outcomes]
+            try:
+                fresh_ms, outcomes = cached_in_new_process(path, target, cache_dir, threads)
+                figures["prepare_cached_new_process_ms"] = round(fresh_ms, 2)
+                figures["prepare_ratio_new_process"] = round(cold_s * 1000 / fresh_ms, 1)
+                figures["cache_new_process"] = outcomes.split(",")
+            except Exception as e:  # the in-process figures stand
+                figures["prepare_cached_new_process_error"] = str(e).splitlines()[-1][:200] if str(e) else repr(e)
+            figures["partitions"] = [s.device.name for s in compilation.steps]
+            outputs = compilation.execute(inputs)
+            if ref is not None:
+                ok, note = check_outputs(outputs, ref)
+                figures["outputs_ok"], figures["outputs"] = ok, note
+            runners[target] = (lambda c=compilation: c.execute(inputs))
+        times: dict[str, list[float]] = {k: [] for k in runners}
+        for _ in range(warmup):
+            for fn in runners.values():
+                fn()
+        for _ in range(runs):  # round-robin: noise hits every runtime alike
+            for key, fn in runners.items():
+                start = time.perf_counter()
+                fn()
+                times[key].append((time.perf_counter() - start) * 1000)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+    def stats(ts: list[float]) -> dict:
+        q = statistics.quantiles(ts, n=10)
+        return {"p50_ms": round(statistics.median(ts), 4), "p90_ms": round(q[-1], 4)}
+    if "litert" in times and times["litert"]:
+        row["litert"].update(stats(times["litert"]))
+    for target in targets:
+        if target in times and times[target]:
+            figures = row["nnapi"][target]
+            figures.update(stats(times[target]))
+            lite = row["litert"]
+            if lite and "p50_ms" in lite:
+                figures["ratio_p50"] = round(figures["p50_ms"] / lite["p50_ms"], 3)
+    return row
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", help="comma-separated model names (default: all in models.json)")
-    parser.add_argument("--devices", help="comma-separated nnapi devices (default: every device)")
+    parser.add_argument("--targets", default="openvino,default",
+                        help="comma-separated nnapi devices; 'default' = all devices, partitioned")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--runs", type=int, default=50)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--warmup", type=int, default=5)
     args = parser.parse_args()
-    _limit_threads(args.threads)
+    thread_counts = [int(t) for t in args.threads.split(",")]
+    _limit_threads(max(thread_counts))
 
-    import nnapi
-    from nnapi.cli import bench_model
-    from nnapi.importers import UnsupportedOperatorsError
-
+    import nnapi  # noqa: F401
+    from nnapi.cli import warm_up_devices
     try:
         import ai_edge_litert  # noqa: F401
         litert_ok = True
@@ -81,65 +215,46 @@ def main() -> int:
         litert_ok = False
     catalog = json.loads((SHARED / "models.json").read_text())
     names = args.models.split(",") if args.models else list(catalog)
-    devices = args.devices.split(",") if args.devices else [d.name for d in nnapi.devices()]
+    targets = args.targets.split(",")
+    warm_up_devices([t for t in targets if t != "default"] or None)
     results = []
-    for name in names:
-        entry = catalog[name]
-        path = SHARED / entry["file"]
-        row: dict = {"model": name, "litert": None, "nnapi": {}}
-        if litert_ok:
-            try:
-                row["litert"] = litert_figures(path, args.threads, args.runs)
-            except Exception as e:  # e.g. a custom operator stock LiteRT cannot run
-                row["litert"] = {"error": str(e).splitlines()[0][:200]}
-        for device in devices:
-            try:
-                figures = bench_model(str(path), device=device, runs=args.runs)
-            except UnsupportedOperatorsError as e:
-                figures = {"error": "unsupported: " + ", ".join(sorted({p.operator for p in e.problems}))}
-            except nnapi.NnError as e:
-                figures = {"error": f"{e.code.name}: {e.message.splitlines()[0][:200]}"}
-            lite = row["litert"]
-            if lite and "error" not in lite and "error" not in figures:
-                figures["ratio"] = {
-                    "load": round(figures["import_s"] * 1000 / lite["load_ms"], 2),
-                    "load_plus_cached_prepare": round((figures["import_s"] + figures["prepare_cached_s"]) * 1000
-                                                      / lite["load_ms"], 2),
-                    "first": round(figures["first_execute_ms"] / lite["first_ms"], 2),
-                    "p50": round(figures["execute_p50_ms"] / lite["p50_ms"], 2),
-                    "p90": round(figures["execute_p90_ms"] / lite["p90_ms"], 2)}
-            row["nnapi"][device] = figures
-            print(f"... {name} on {device} done", file=sys.stderr, flush=True)
-        results.append(row)
+    for threads in thread_counts:
+        for name in names:
+            results.append(bench_model(name, catalog[name], threads, targets, args.runs, args.warmup, litert_ok))
+            print(f"... {name}, {threads} thread(s) done", file=sys.stderr, flush=True)
 
     from rich.console import Console
     from rich.table import Table
-    title = (f"nnapi vs LiteRT {'2.3.0 XNNPACK' if litert_ok else '(not installed: nnapi figures only)'}, "
-             f"{args.threads} thread(s), {args.runs} runs (ms; ratio = nnapi / LiteRT)")
-    table = Table(title=title)
-    for col in ("model", "device", "load", "prepare cold", "prepare cached", "first", "p50", "p90",
-                "ratio load", "ratio first", "ratio p50", "ratio p90"):
-        table.add_column(col, justify="left" if col in ("model", "device") else "right")
-    for row in results:
-        lite = row["litert"]
-        if lite is not None:
-            if "error" in lite:
-                table.add_row(row["model"], "LiteRT", lite["error"][:40], "", "", "", "", "", "", "", "", "")
-            else:
-                table.add_row(row["model"], "LiteRT", f"{lite['load_ms']:.2f}", "", "", f"{lite['first_ms']:.2f}",
-                              f"{lite['p50_ms']:.2f}", f"{lite['p90_ms']:.2f}", "", "", "", "")
-        for device, f in row["nnapi"].items():
-            if "error" in f:
-                table.add_row(row["model"] if lite is None else "", device, f["error"][:40], *[""] * 9)
+    console = Console(width=200)
+    for threads in thread_counts:
+        table = Table(title=f"nnapi vs LiteRT {'2.3.0 XNNPACK' if litert_ok else '(not installed)'}, {threads} "
+                            f"thread(s), {args.runs} interleaved runs (ms; ratio = nnapi / LiteRT p50)")
+        for col in ("model", "runtime", "p50", "p90", "ratio p50", "prepare cold", "prepare cached",
+                    "cold/cached", "cached new proc.", "cold/new", "partitions", "outputs"):
+            table.add_column(col, justify="left" if col in ("model", "runtime", "partitions", "outputs") else "right")
+        for row in (r for r in results if r["threads"] == threads):
+            if "error" in row:
+                table.add_row(row["model"], "-", row["error"][:60], *[""] * 9)
                 continue
-            r = f.get("ratio", {})
-            table.add_row("" if lite is not None else row["model"], device, f"{f['import_s'] * 1000:.2f}",
-                          f"{f['prepare_cold_s'] * 1000:.1f}", f"{f['prepare_cached_s'] * 1000:.1f}",
-                          f"{f['first_execute_ms']:.2f}", f"{f['execute_p50_ms']:.2f}", f"{f['execute_p90_ms']:.2f}",
-                          *(f"{r[k]:.2f}" if k in r else "-" for k in ("load", "first", "p50", "p90")))
-    Console(width=200).print(table)
-    print(json.dumps({"litert_installed": litert_ok, "threads": args.threads, "runs": args.runs,
-                      "machine_cpus": os.cpu_count(), "results": results}))
+            lite = row["litert"] or {}
+            table.add_row(row["model"], "LiteRT", f"{lite.get('p50_ms', float('nan')):.3f}",
+                          f"{lite.get('p90_ms', float('nan')):.3f}", "", "", "", "", "", "", "",
+                          lite.get("error", "")[:40])
+            for target, f in row["nnapi"].items():
+                if "error" in f:
+                    table.add_row("", target, f["error"][:60], *[""] * 9)
+                    continue
+                table.add_row("", target, f"{f['p50_ms']:.3f}", f"{f['p90_ms']:.3f}",
+                              f"{f.get('ratio_p50', float('nan')):.2f}", f"{f['prepare_cold_ms']:.1f}",
+                              f"{f['prepare_cached_ms']:.1f}", f"{f['prepare_ratio']:.1f}",
+                              f"{f.get('prepare_cached_new_process_ms', float('nan')):.1f}",
+                              f"{f.get('prepare_ratio_new_process', float('nan')):.1f}",
+                              "+".join(dict.fromkeys(f["partitions"])) + f" ({len(f['partitions'])})",
+                              {True: "ok ", False: "OFF "}.get(f.get("outputs_ok"), "no reference")
+                              + f.get("outputs", ""))
+        console.print(table)
+    print(json.dumps({"litert_installed": litert_ok, "threads": thread_counts, "runs": args.runs,
+                      "targets": targets, "machine_cpus": os.cpu_count(), "results": results}))
     return 0
 
 

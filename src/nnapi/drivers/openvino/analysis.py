@@ -1,0 +1,109 @@
+"""What the OpenVINO driver claims: every operation checked against the lowering table.
+
+An operation is claimed when the table has a rule for its type and input 0's operand type, every
+operand has a type the graph holds and a fully known, non-zero shape, every scalar parameter is a
+constant, and lowering it on stand-in inputs (OpenVINO infers each node's shape and type as it is
+made) gives exactly the shapes shape inference declared. A rule that does not lower some parameters
+raises, and the operation is not claimed. Which (operation, type, parameters) lower is thereby the
+table's own verdict; the conformance vectors (`nnapi cts --device openvino`) prove what is claimed.
+
+In the main graph, an operation that may take omitted operands is not claimed when an optional
+position is fed by a model input: the app may omit it at execution, and a compiled graph cannot
+change its structure per request.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import openvino.opset16 as ops
+
+from ...hal import Model, OperandLifeTime as L, OperandType as T
+from ...ops import OpContext, find_operation
+from ...validation import ConstantReader, build_operation_context, infer_model_shapes
+from .graph import Scope, compute_type, constant_value, lower_operation, table
+from .lowering import TENSOR_TYPES, Value
+
+_SCALARS = (T.INT32, T.FLOAT32, T.FLOAT16, T.BOOL, T.UINT32)
+
+
+def operand_ok(operand, dims: Sequence[int]) -> bool:
+    """A value the graph can hold: a scalar parameter, or a tensor of known, non-zero shape."""
+    t = T(operand.type)
+    if t.is_scalar:
+        return t in _SCALARS
+    return t in TENSOR_TYPES and len(dims) > 0 and all(d > 0 for d in dims)
+
+
+def _optional_input_fed_by_request(sub, op, ctx: OpContext) -> bool:
+    """True when an input position the operation lets be omitted is a model input."""
+    reg = find_operation(op.type)
+    if reg is None or not reg.allow_omitted_operand:
+        return False
+    for k, i in enumerate(op.inputs):
+        if sub.operands[i].lifetime != L.SUBGRAPH_INPUT:
+            continue
+        inputs = list(ctx.inputs)
+        inputs[k] = dataclasses.replace(inputs[k], dims=(), value=None, omitted=True)
+        trial = OpContext(ctx.op, inputs, ctx.outputs, relaxed=ctx.relaxed, compile_time=True)
+        try:  # the operation's own validation says whether the position is optional
+            reg.validate(trial)
+            reg.prepare(trial)
+        except Exception:
+            continue
+        return True
+    return False
+
+
+def claim(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = True) -> bool:
+    """Whether one operation of `sub` lowers (see the module doc)."""
+    return refusal(model, sub, op, dims, reader, top=top) is None
+
+
+def refusal(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = True) -> str | None:
+    """Why one operation of `sub` is not claimed, or None when it is."""
+    entry = table().get(op.type)
+    if entry is None:
+        return "no lowering rule"
+    for i in (*op.inputs, *op.outputs):
+        operand = sub.operands[i]
+        if operand.lifetime == L.NO_VALUE:
+            continue
+        if entry.control and T(operand.type) == T.SUBGRAPH:
+            continue
+        if not operand_ok(operand, dims[i]):
+            return f"operand {i} ({T(operand.type).name} {list(dims[i])}) cannot be held"
+        if T(operand.type).is_scalar and operand.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
+            return f"scalar operand {i} is not a constant"
+    try:
+        ctx = build_operation_context(model, sub, op, dims=dims, constants=reader)
+    except Exception as e:
+        return f"no context: {e}"
+    if not ctx.inputs or ctx.inputs[0].type not in entry.types:
+        return f"input 0 of type {ctx.inputs[0].type.name if ctx.inputs else None} is not lowered"
+    if top and _optional_input_fed_by_request(sub, op, ctx):
+        return "an optional input is a model input"
+    xs: list[Value | None] = []
+    for t in ctx.inputs:
+        if t.omitted:
+            xs.append(None)
+        elif t.value is not None:
+            xs.append(constant_value(t))
+        else:
+            xs.append(Value(ops.parameter(list(t.dims), compute_type(t.type)).output(0)))
+    try:
+        lower_operation(entry, ctx, xs, Scope(model))
+    except Exception as e:
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def analyze(model: Model) -> list[bool]:
+    """One flag per operation of the main graph: claimed or not."""
+    sub = model.main
+    dims = infer_model_shapes(model)
+    reader = ConstantReader(model)
+    return [claim(model, sub, op, dims, reader) for op in sub.operations]
+
+
+__all__ = ["analyze", "claim", "operand_ok", "refusal"]

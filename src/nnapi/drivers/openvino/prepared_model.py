@@ -1,0 +1,183 @@
+"""A model prepared by the OpenVINO driver: one compiled model, run through reusable inference requests.
+
+Each execution takes an idle `InferRequest` of this prepared model (one per concurrent execution,
+kept for reuse), points its input and output tensors at the request's own memory (`ov.Tensor` over
+the Binding's zero-copy numpy views: shared memory is used in place, nothing is copied), and sets a
+tensor again only when the memory under it changed. The inference runs as an asynchronous request;
+an execution with a deadline waits on it until the deadline and then cancels it
+(`InferRequest.cancel()`), failing with MISSED_DEADLINE_TRANSIENT.
+
+A graph with WHILE loops takes an iteration budget as its last input and tells whether a loop ran out
+of it as its last output (`graph.build`): the execution runs again with a larger budget, about as
+large as the rest of the loop timeout allows, until no loop runs out, or fails with
+MISSED_DEADLINE_TRANSIENT once the loop timeout has passed.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Sequence
+
+import numpy as np
+import openvino as ov
+
+from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
+from ..base import Binding, DriverPreparedModel
+from .lowering import writable_alias
+
+#: Iterations each loop may run in the first run of a graph with loops, the most it ever gets, and
+#: how much the budget grows at most from one run to the next.
+FIRST_LOOP_BUDGET = 1 << 10
+MAX_LOOP_BUDGET = 1 << 40
+LOOP_BUDGET_GROWTH = 16.0
+
+
+class _Request:
+    """One reusable inference request and the memory its tensors point at."""
+
+    __slots__ = ("request", "inputs", "outputs", "owned")
+
+    def __init__(self, request: ov.InferRequest, n_inputs: int, n_outputs: int) -> None:
+        self.request = request
+        #: Per input / output: (address, shape) of the memory its tensor points at, None if unset.
+        self.inputs: list[tuple | None] = [None] * n_inputs
+        self.outputs: list[tuple | None] = [None] * n_outputs
+        #: Per output: the request's own tensor (used when the output has no writable region).
+        self.owned: list[ov.Tensor | None] = [None] * n_outputs
+
+
+def _key(array: np.ndarray) -> tuple:
+    return array.ctypes.data, array.shape, array.dtype.str
+
+
+class OpenVinoPreparedModel(DriverPreparedModel):
+    """See the module doc. `keep_alive` holds what the compiled model's shared constants point into."""
+
+    def __init__(self, model: Model, preference: ExecutionPreference, priority: Priority,
+                 compiled: ov.CompiledModel, *, keep_alive: Sequence[object] = (),
+                 export: bytes | memoryview | None = None, estimate_ns: int = 0, has_budget: bool = False) -> None:
+        super().__init__(model, preference, priority)
+        self.compiled = compiled
+        #: What the compiled model's memory may point into (mapped pools, the exported blob).
+        self.keep_alive = list(keep_alive)
+        #: The exported compiled model, when it was loaded from one (saved again as is; the compiled
+        #: model may read its weights from it in place).
+        self.export = export
+        self._estimate_ns = estimate_ns
+        main = model.main
+        # The compiled graph's output shapes (shape inference may know what the model leaves unknown).
+        self.static_output_shapes = [tuple(int(d) for d in compiled.output(k).get_shape())
+                                     for k in range(len(main.output_indexes))]
+        self._n_in, self._n_out = len(main.input_indexes), len(main.output_indexes)
+        #: The graph has loops: its last input is the iteration budget, its last output the ran-out flag.
+        self.has_budget = has_budget
+        self._loop_budget = FIRST_LOOP_BUDGET
+        self._idle: list[_Request] = []
+        self._lock = threading.Lock()
+
+    def estimate_run_ns(self) -> int:
+        return self._estimate_ns
+
+    # --- requests --------------------------------------------------------------------------------
+    def _take(self) -> _Request:
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return _Request(self.compiled.create_infer_request(), self._n_in, self._n_out)
+
+    def _give(self, req: _Request) -> None:
+        with self._lock:
+            self._idle.append(req)
+
+    # --- one execution ---------------------------------------------------------------------------
+    def run(self, binding: Binding) -> list:
+        req = self._take()
+        try:
+            return self._run(req, binding)
+        except BaseException:
+            # A failed or cancelled request is not reused: its state is unknown.
+            req = None
+            raise
+        finally:
+            if req is not None:
+                self._give(req)
+
+    def _run(self, req: _Request, binding: Binding) -> list:
+        r = req.request
+        for k in range(self._n_in):
+            x = binding.input(k)
+            if x is None:
+                raise NnError(ErrorStatus.INVALID_ARGUMENT, f"input {k} is omitted; the compiled model needs it")
+            if not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x)
+            key = _key(x)
+            if req.inputs[k] != key:
+                r.set_input_tensor(k, ov.Tensor(writable_alias(x), shared_memory=True))
+                req.inputs[k] = key
+        views = []
+        for k, shape in enumerate(self.static_output_shapes):
+            view = binding.output_view(k, shape)
+            if view is not None and view.flags.c_contiguous:
+                key = _key(view)
+                if req.outputs[k] != key:
+                    r.set_output_tensor(k, ov.Tensor(view, shared_memory=True))
+                    req.outputs[k] = key
+            else:
+                view = None
+                if req.outputs[k] != "owned":
+                    if req.owned[k] is None:
+                        port = self.compiled.output(k)
+                        req.owned[k] = ov.Tensor(port.get_element_type(), port.get_shape())
+                    r.set_output_tensor(k, req.owned[k])
+                    req.outputs[k] = "owned"
+            views.append(view)
+        if self.has_budget:
+            self._infer_with_budget(r, binding)
+        else:
+            self._infer(r, binding.deadline)
+        return [view if view is not None else np.array(req.owned[k].data, copy=True)
+                for k, view in enumerate(views)]
+
+    def _infer_with_budget(self, r: ov.InferRequest, binding: Binding) -> None:
+        """Run until no loop runs out of its iteration budget (see the module doc)."""
+        timeout = binding.loop_timeout_ns
+        budget = self._loop_budget
+        start = time.monotonic_ns()
+        while True:
+            run_start = time.monotonic_ns()
+            r.set_input_tensor(self._n_in, ov.Tensor(np.array(budget, np.int64)))
+            self._infer(r, binding.deadline)
+            if not bool(r.get_output_tensor(self._n_out).data):
+                self._loop_budget = budget
+                return
+            now = time.monotonic_ns()
+            if now - start >= timeout or budget >= MAX_LOOP_BUDGET:
+                raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                              f"WHILE: loop ran longer than its timeout of {timeout / 1e9:g} s ({budget} iterations)")
+            binding.checkpoint("WHILE loop")  # preemption and the deadline (QoS) between runs
+            remaining, last = timeout - (now - start), max(now - run_start, 1)
+            factor = min(LOOP_BUDGET_GROWTH, 1.0 + remaining / last)
+            budget = min(MAX_LOOP_BUDGET, max(budget + 1, int(budget * factor)))
+
+    @staticmethod
+    def _infer(r: ov.InferRequest, deadline: int | None) -> None:
+        """Run the request; with a deadline, cancel it when the deadline passes."""
+        if deadline is None:
+            r.infer()
+            return
+        r.start_async()
+        while True:
+            left_ms = (deadline - time.monotonic_ns()) // 1_000_000
+            if r.wait_for(max(1, int(left_ms))):
+                return
+            if time.monotonic_ns() >= deadline:
+                r.cancel()
+                try:
+                    r.wait()
+                except Exception:  # the cancelled request reports its cancellation
+                    pass
+                raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                              "openvino execution: the deadline passed; the inference request was cancelled")
+
+
+__all__ = ["OpenVinoPreparedModel"]

@@ -1,0 +1,222 @@
+"""Recurrent cells: RNN, UNIDIRECTIONAL_SEQUENCE_RNN, BIDIRECTIONAL_SEQUENCE_RNN,
+UNIDIRECTIONAL_SEQUENCE_LSTM (float) and QUANTIZED_LSTM (int8 / int16).
+
+The RNNs are unrolled over their (fixed) time steps like the LSTM: h = activation(x W^T + b + h R^T),
+the input projections of every step in one MatMul.
+
+The float LSTM is unrolled over its (fixed) time steps: the input projections of every step are one
+MatMul, each step adds its recurrent MatMul, gates and state update, as Android's LSTMStep does
+(peepholes, CIFG, layer normalization, projection and both clips included). OpenVINO's LSTMSequence
+clips gate pre-activations rather than the cell state, which is not NNAPI's cell clip.
+
+QUANTIZED_LSTM (Android's 8x8_16 integer LSTM) is computed on real values with the integer kernel's
+fixed points made explicit: gate pre-activations are the matmul results in the intermediate scales,
+saturated to int16 and read as Q3.12; the cell state saturates to int16 in its power-of-two scale;
+the hidden state is rounded to int8 in its scale and zero point (Android subtracts the zero point),
+which the output then holds as raw values. As in Android, the gate biases act only through layer
+normalization. Peepholes, layer normalization and projection are not lowered (not claimed).
+"""
+from __future__ import annotations
+
+import numpy as np
+import openvino.opset16 as ops
+
+from ....hal import OperationType as Op
+from ....ops import OpContext, resolve
+from ..lowering import FLOAT, Q8AS, Unsupported, Value, constant, dequantized_array, f32, i64, lowers, out, scalar
+
+def _cell_activation(x, code: int):
+    """Android's ActivationFn for the cell input and output."""
+    if code == 4:
+        return out(ops.tanh(x))
+    if code == 6:
+        return out(ops.sigmoid(x))
+    if code == 1:
+        return out(ops.relu(x))
+    if code == 3:
+        return out(ops.clamp(x, 0.0, 6.0))
+    if code == 2:
+        return out(ops.clamp(x, -1.0, 1.0))
+    if code == 0:
+        return x
+    raise Unsupported(f"LSTM activation {code}")
+
+
+def _normalize(x):
+    """Android's MeanStddevNormalization over the last axis (variance floor 1e-8)."""
+    axes = i64([-1])
+    mean = ops.reduce_mean(x, axes, True)
+    centered = ops.subtract(x, mean)
+    var = ops.reduce_mean(ops.multiply(centered, centered), axes, True)
+    return out(ops.divide(centered, ops.sqrt(ops.add(var, f32(1e-8)))))
+
+
+@lowers(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, types=FLOAT)
+def sequence_lstm(ctx: OpContext, xs):
+    g = resolve(ctx)
+    cell, ix, cfg = g.cell, g.cell.index, g.cell.config
+    x = xs[0].laid_out(None if g.time_major else (1, 0, 2))  # [T, B, I]
+    steps = xs[0].shape[0 if g.time_major else 1]
+    w_in_ix = (ix.input_to_input, ix.input_to_forget, ix.input_to_cell, ix.input_to_output)
+    w_rec_ix = (ix.recurrent_to_input, ix.recurrent_to_forget, ix.recurrent_to_cell, ix.recurrent_to_output)
+    bias_ix = (ix.input_gate_bias, ix.forget_gate_bias, ix.cell_gate_bias, ix.output_gate_bias)
+    peep_ix = {0: ix.cell_to_input, 1: ix.cell_to_forget, 3: ix.cell_to_output}
+    ln_ix = (ix.input_layer_norm, ix.forget_layer_norm, ix.cell_layer_norm, ix.output_layer_norm)
+    gates = [k for k in range(4) if not (k == 0 and cfg.use_cifg)]
+    w_in = out(ops.concat([xs[w_in_ix[k]].node for k in gates], 0))      # [G*U, I]
+    w_rec = out(ops.concat([xs[w_rec_ix[k]].node for k in gates], 0))    # [G*U, O]
+    xw = out(ops.matmul(x, w_in, False, True))                           # [T, B, G*U]
+    if not cfg.use_layer_norm:
+        xw = out(ops.add(xw, ops.concat([xs[bias_ix[k]].node for k in gates], 0)))
+    h, c = xs[ix.output_state_in].node, xs[ix.cell_state_in].node
+    sizes = [cfg.n_cell] * len(gates)
+
+    def finish_gate(k: int, value, cell_state):
+        if cfg.use_peephole and k != 2:
+            value = out(ops.add(value, ops.multiply(xs[peep_ix[k]].node, cell_state)))
+        if cfg.use_layer_norm:
+            value = out(ops.add(ops.multiply(_normalize(value), xs[ln_ix[k]].node), xs[bias_ix[k]].node))
+        return value
+
+    outputs = []
+    for t in range(steps):
+        pre = out(ops.add(ops.gather(xw, i64(t), i64(0)), ops.matmul(h, w_rec, False, True)))
+        parts = ops.variadic_split(pre, i64(1), i64(sizes))
+        g_pre = {k: parts.output(n) for n, k in enumerate(gates)}
+        f_gate = out(ops.sigmoid(finish_gate(1, g_pre[1], c)))
+        cell_in = _cell_activation(finish_gate(2, g_pre[2], c), cell.activation)
+        i_gate = (out(ops.subtract(f32(1.0), f_gate)) if cfg.use_cifg
+                  else out(ops.sigmoid(finish_gate(0, g_pre[0], c))))
+        c = out(ops.add(ops.multiply(f_gate, c), ops.multiply(cell_in, i_gate)))
+        if cell.cell_clip > 0.0:
+            c = out(ops.clamp(c, -cell.cell_clip, cell.cell_clip))
+        o_gate = out(ops.sigmoid(finish_gate(3, g_pre[3], c)))
+        h = out(ops.multiply(o_gate, _cell_activation(c, cell.activation)))
+        if cfg.use_projection:
+            h = out(ops.matmul(h, xs[ix.projection_weights].node, False, True))
+            if cfg.use_projection_bias:
+                h = out(ops.add(h, xs[ix.projection_bias].node))
+            if cell.proj_clip > 0.0:
+                h = out(ops.clamp(h, -cell.proj_clip, cell.proj_clip))
+        outputs.append(out(ops.unsqueeze(h, i64(0))))
+    seq = out(ops.concat(outputs, 0)) if len(outputs) > 1 else outputs[0]  # [T, B, O]
+    result = [Value(seq, None if g.time_major else (1, 0, 2))]
+    if len(ctx.outputs) == 3:
+        result += [h, c]
+    return result
+
+
+def _rnn_steps(x, h, w, r, b, act: int, *, aux=None, aux_w=None, reverse: bool = False):
+    """Unrolled RNN over time-major x [T, B, I]: the outputs [T, B, U] and the final state."""
+    xw = out(ops.add(ops.matmul(x, w, False, True), b))
+    if aux is not None:
+        xw = out(ops.add(xw, ops.matmul(aux, aux_w, False, True)))
+    steps = int(x.get_partial_shape().to_shape()[0])
+    outs = [None] * steps
+    for t in (reversed(range(steps)) if reverse else range(steps)):
+        h = _cell_activation(out(ops.add(ops.gather(xw, i64(t), i64(0)), ops.matmul(h, r, False, True))), act)
+        outs[t] = out(ops.unsqueeze(h, i64(0)))
+    return (out(ops.concat(outs, 0)) if steps > 1 else outs[0]), h
+
+
+@lowers(Op.RNN, types=FLOAT)
+def rnn(ctx: OpContext, xs):
+    g = resolve(ctx)
+    x = out(ops.unsqueeze(xs[0].node, i64(0)))
+    _, h = _rnn_steps(x, xs[4].node, xs[1].node, xs[2].node, xs[3].node, g.activation)
+    return [h, h]
+
+
+@lowers(Op.UNIDIRECTIONAL_SEQUENCE_RNN, types=FLOAT)
+def sequence_rnn(ctx: OpContext, xs):
+    g = resolve(ctx)
+    layout = None if g.time_major else (1, 0, 2)
+    seq, h = _rnn_steps(xs[0].laid_out(layout), xs[4].node, xs[1].node, xs[2].node, xs[3].node, g.activation)
+    return [Value(seq, layout), h][:len(ctx.outputs)]
+
+
+@lowers(Op.BIDIRECTIONAL_SEQUENCE_RNN, types=FLOAT)
+def bidirectional_rnn(ctx: OpContext, xs):
+    # TODO(resolver): activation (12), time major (13), merge outputs (14); the auxiliary linking from
+    # which of inputs 9-11 are present (none; parallel: aux input alone; cross: all three).
+    act, time_major, merge = int(scalar(ctx, 12)), bool(scalar(ctx, 13)), bool(scalar(ctx, 14))
+    aux_in, fw_aux, bw_aux = (ctx.has_input(i) for i in (9, 10, 11))
+    layout = None if time_major else (1, 0, 2)
+    x = xs[0].laid_out(layout)
+    aux = xs[9].laid_out(layout) if aux_in else None
+    cross = aux_in and fw_aux and bw_aux
+    if aux_in and not cross and (fw_aux or bw_aux):
+        raise Unsupported("BIDIRECTIONAL_SEQUENCE_RNN with one auxiliary weight")
+    fw, fw_h = _rnn_steps(x, xs[4].node, xs[1].node, xs[2].node, xs[3].node, act,
+                          aux=aux if cross else None, aux_w=xs[10].node if cross else None)
+    bw, bw_h = _rnn_steps(aux if (aux_in and not cross) else x, xs[8].node, xs[5].node, xs[6].node, xs[7].node,
+                          act, aux=aux if cross else None, aux_w=xs[11].node if cross else None, reverse=True)
+    seqs = [Value(out(ops.concat([fw, bw], 2)), layout)] if merge else [Value(fw, layout), Value(bw, layout)]
+    return seqs + ([fw_h, bw_h] if len(ctx.outputs) in (3, 4) else [])
+
+
+# --- QUANTIZED_LSTM ---------------------------------------------------------------------------------
+_Q_IN_W, _Q_REC_W, _Q_PEEP = (1, 2, 3, 4), (5, 6, 7, 8), (9, 10, 11)
+_Q_PROJ_W, _Q_PREV_OUT, _Q_PREV_CELL, _Q_LN = 16, 18, 19, (20, 21, 22, 23)
+_Q_CELL_CLIP, _Q_INTER, _Q_HIDDEN_ZP, _Q_HIDDEN_SCALE = 24, (26, 27, 28, 29), 30, 31
+
+
+@lowers(Op.QUANTIZED_LSTM, types=(Q8AS,))
+def quantized_lstm(ctx: OpContext, xs):
+    has = ctx.has_input
+    if any(has(i) for i in (*_Q_PEEP, *_Q_LN, _Q_PROJ_W)):
+        raise Unsupported("QUANTIZED_LSTM with peepholes, layer normalization or projection")
+    cifg = not has(_Q_IN_W[0])
+    t = ctx.inputs
+    inter = [np.float32(scalar(ctx, i)) for i in _Q_INTER]  # TODO(resolver)
+    cell_clip = np.float32(scalar(ctx, _Q_CELL_CLIP))
+    hidden_zp = ((int(scalar(ctx, _Q_HIDDEN_ZP)) & 0xFF) ^ 0x80) - 0x80  # read as int8, as Android does
+    hidden_scale = np.float32(scalar(ctx, _Q_HIDDEN_SCALE))
+    cell_scale = np.float32(t[_Q_PREV_CELL].scale)
+    c_prev = xs[_Q_PREV_CELL].node
+
+    gates = [g for g in range(4) if not (g == 0 and cifg)]
+
+    def stacked(positions) -> np.ndarray:
+        """The gates' weights stacked [G*U, K] as real values, each times its gate's factor
+        2^-12 / intermediate scale (so the product reads directly as the Q3.12 pre-activation)."""
+        parts = []
+        for g in gates:
+            w = t[positions[g]]
+            if w.value is None:
+                raise Unsupported("QUANTIZED_LSTM with weights the request supplies")
+            parts.append(dequantized_array(w) * (np.float32(2.0 ** -12) / inter[g]))
+        return np.ascontiguousarray(np.concatenate(parts, axis=0), np.float32)
+
+    def product(v: Value, w: np.ndarray):
+        if v.is_constant:  # folded here (OpenVINO's pipeline fails on a MatMul of two constants)
+            return constant(np.ascontiguousarray(v.array @ w.T, np.float32))
+        return out(ops.matmul(v.node, constant(w), False, True))
+
+    # The int16 accumulators of every gate at once, saturated, read as Q3.12.
+    acc = ops.add(product(xs[0], stacked(_Q_IN_W)), product(xs[_Q_PREV_OUT], stacked(_Q_REC_W)))
+    acc = ops.clamp(acc, -8.0, float(np.float32(32767 * 2.0 ** -12)))
+    n_units = t[_Q_IN_W[1]].dims[0]
+    parts = ops.variadic_split(acc, i64(1), i64([n_units] * len(gates)))
+    pre = {g: parts.output(k) for k, g in enumerate(gates)}
+    forget = out(ops.sigmoid(pre[1]))
+    modulation = out(ops.tanh(pre[2]))
+    input_gate = out(ops.subtract(f32(1.0), forget)) if cifg else out(ops.sigmoid(pre[0]))
+    cell = ops.add(ops.multiply(forget, c_prev), ops.multiply(input_gate, modulation))
+    limit = float(32767 * cell_scale)
+    if cell_clip > 0:
+        q_clip = int(min(max(cell_clip / cell_scale, np.float32(-32768)), np.float32(32767)))
+        if q_clip > 0:
+            limit = min(limit, float(q_clip * cell_scale))
+    cell = out(ops.clamp(cell, -limit, limit))
+    output_gate = out(ops.sigmoid(pre[3]))
+    hidden = ops.divide(ops.multiply(output_gate, ops.tanh(cell)), f32(hidden_scale))
+    hidden = ops.clamp(ops.subtract(ops.round(hidden, "half_away_from_zero"), f32(hidden_zp)), -128.0, 127.0)
+
+    def as_output(k: int):  # the int8 hidden values, held raw by output k
+        o = ctx.outputs[k]
+        return out(ops.multiply(ops.subtract(hidden, f32(o.zero_point)), f32(np.float32(o.scale))))
+    return [as_output(0), cell, as_output(2)]
+
+
+__all__ = ["quantized_lstm", "sequence_lstm"]

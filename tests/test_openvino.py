@@ -1,0 +1,443 @@
+"""The OpenVINO driver: lowering table, claims, graph building, float / relaxed / quantized results
+against the reference driver, execution (shared memory in place, async, deadlines cancelling the
+inference request), preferences, and the exported-model cache."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import nnapi
+from nnapi import OperandType as T, OperationType as Op
+from nnapi.hal import ErrorStatus, ExecutionPreference, MeasureTiming, NnError
+from nnapi.drivers.openvino import analysis, cache, graph
+from nnapi.drivers.openvino.device import OpenVinoDevice
+from nnapi.drivers.openvino.lowering import LOWERINGS
+from nnapi.validation import ConstantReader
+
+RNG = np.random.default_rng(1234)
+
+
+@pytest.fixture(scope="module")
+def device() -> OpenVinoDevice:
+    return OpenVinoDevice()
+
+
+# --- models built with the public API ----------------------------------------------------------
+def _scalar(m: nnapi.Model, value, kind=T.INT32) -> int:
+    i = m.add_operand(kind)
+    m.set_operand_value(i, value)
+    return i
+
+
+def _tensor(m: nnapi.Model, kind: T, dims, value=None, scale: float = 0.0, zero_point: int = 0) -> int:
+    i = m.add_operand(kind, dims, scale, zero_point)
+    if value is not None:
+        m.set_operand_value(i, value)
+    return i
+
+
+def conv_net(relaxed: bool = False) -> nnapi.Model:
+    """NHWC float: CONV_2D 3x3 (RELU6) -> DEPTHWISE 3x3 -> CONV_2D 1x1 -> ADD (residual) ->
+    AVERAGE_POOL -> RESHAPE -> FULLY_CONNECTED -> SOFTMAX."""
+    m = nnapi.Model()
+    f = T.TENSOR_FLOAT32
+    x = _tensor(m, f, (1, 12, 12, 3))
+    w1 = _tensor(m, f, (8, 3, 3, 3), RNG.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3)
+    b1 = _tensor(m, f, (8,), RNG.standard_normal(8).astype(np.float32) * 0.1)
+    c1 = _tensor(m, f, (1, 12, 12, 8))
+    m.add_operation(Op.CONV_2D, [x, w1, b1, _scalar(m, 1), _scalar(m, 1), _scalar(m, 1), _scalar(m, 3)], [c1])
+    wd = _tensor(m, f, (1, 3, 3, 8), RNG.standard_normal((1, 3, 3, 8)).astype(np.float32) * 0.3)
+    bd = _tensor(m, f, (8,), RNG.standard_normal(8).astype(np.float32) * 0.1)
+    d = _tensor(m, f, (1, 12, 12, 8))
+    m.add_operation(Op.DEPTHWISE_CONV_2D, [c1, wd, bd, _scalar(m, 1), _scalar(m, 1), _scalar(m, 1), _scalar(m, 1),
+                                           _scalar(m, 1)], [d])
+    w2 = _tensor(m, f, (8, 1, 1, 8), RNG.standard_normal((8, 1, 1, 8)).astype(np.float32) * 0.3)
+    b2 = _tensor(m, f, (8,), np.zeros(8, np.float32))
+    c2 = _tensor(m, f, (1, 12, 12, 8))
+    m.add_operation(Op.CONV_2D, [d, w2, b2, _scalar(m, 1), _scalar(m, 1), _scalar(m, 1), _scalar(m, 0)], [c2])
+    s = _tensor(m, f, (1, 12, 12, 8))
+    m.add_operation(Op.ADD, [c1, c2, _scalar(m, 0)], [s])
+    p = _tensor(m, f, (1, 4, 4, 8))
+    m.add_operation(Op.AVERAGE_POOL_2D, [s, _scalar(m, 2), _scalar(m, 3), _scalar(m, 3), _scalar(m, 3),
+                                         _scalar(m, 3), _scalar(m, 0)], [p])
+    r = _tensor(m, f, (1, 128))
+    m.add_operation(Op.RESHAPE, [p, _tensor(m, T.TENSOR_INT32, (2,), np.array([1, 128], np.int32))], [r])
+    wf = _tensor(m, f, (10, 128), RNG.standard_normal((10, 128)).astype(np.float32) * 0.1)
+    bf = _tensor(m, f, (10,), RNG.standard_normal(10).astype(np.float32) * 0.1)
+    fc = _tensor(m, f, (1, 10))
+    m.add_operation(Op.FULLY_CONNECTED, [r, wf, bf, _scalar(m, 0)], [fc])
+    out = _tensor(m, f, (1, 10))
+    m.add_operation(Op.SOFTMAX, [fc, _scalar(m, 1.0, T.FLOAT32)], [out])
+    m.identify_inputs_and_outputs([x], [out, s])
+    if relaxed:
+        m.relax_computation_float32_to_float16(True)
+    m.finish()
+    return m
+
+
+def quant_net(kind: T = T.TENSOR_QUANT8_ASYMM_SIGNED, per_channel: bool = True,
+              rng: np.random.Generator | None = None) -> nnapi.Model:
+    """Quantized: CONV_2D (per-channel weights) RELU -> DEPTHWISE -> ADD -> MAX_POOL ->
+    RESHAPE -> FULLY_CONNECTED -> SOFTMAX, the shape of a real int8 classifier."""
+    RNG = rng if rng is not None else globals()["RNG"]  # noqa: N806
+    m = nnapi.Model()
+    lo = -128 if kind == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    zp = lo + 3
+    sx = 0.05
+    x = _tensor(m, kind, (1, 8, 8, 4), scale=sx, zero_point=zp)
+    if per_channel:
+        scales = [0.01, 0.02, 0.015, 0.03, 0.01, 0.025, 0.02, 0.012]
+        w1 = m.add_operand(T.TENSOR_QUANT8_SYMM_PER_CHANNEL, (8, 3, 3, 4))
+        m.set_operand_symm_per_channel_quant_params(w1, scales, 0)
+        m.set_operand_value(w1, RNG.integers(-127, 128, (8, 3, 3, 4), dtype=np.int8))
+        b1 = _tensor(m, T.TENSOR_INT32, (8,), RNG.integers(-500, 500, 8, dtype=np.int32))
+    else:
+        w1 = _tensor(m, kind, (8, 3, 3, 4), RNG.integers(lo, lo + 256, (8, 3, 3, 4)).astype(
+            np.int8 if lo else np.uint8), scale=0.02, zero_point=lo + 128)
+        b1 = _tensor(m, T.TENSOR_INT32, (8,), RNG.integers(-500, 500, 8, dtype=np.int32), scale=sx * 0.02)
+    c1 = _tensor(m, kind, (1, 8, 8, 8), scale=0.04, zero_point=lo)
+    m.add_operation(Op.CONV_2D, [x, w1, b1, _scalar(m, 1), _scalar(m, 1), _scalar(m, 1), _scalar(m, 1)], [c1])
+    wd = _tensor(m, kind, (1, 3, 3, 8), RNG.integers(lo, lo + 256, (1, 3, 3, 8)).astype(np.int8 if lo else np.uint8),
+                 scale=0.01, zero_point=lo + 128)
+    bd = _tensor(m, T.TENSOR_INT32, (8,), RNG.integers(-200, 200, 8, dtype=np.int32), scale=0.04 * 0.01)
+    d = _tensor(m, kind, (1, 8, 8, 8), scale=0.03, zero_point=lo + 120)
+    m.add_operation(Op.DEPTHWISE_CONV_2D, [c1, wd, bd, _scalar(m, 1), _scalar(m, 1), _scalar(m, 1), _scalar(m, 1),
+                                           _scalar(m, 0)], [d])
+    s = _tensor(m, kind, (1, 8, 8, 8), scale=0.06, zero_point=lo + 100)
+    m.add_operation(Op.ADD, [c1, d, _scalar(m, 0)], [s])
+    p = _tensor(m, kind, (1, 4, 4, 8), scale=0.06, zero_point=lo + 100)
+    m.add_operation(Op.MAX_POOL_2D, [s, _scalar(m, 2), _scalar(m, 2), _scalar(m, 2), _scalar(m, 2), _scalar(m, 2),
+                                     _scalar(m, 0)], [p])
+    r = _tensor(m, kind, (1, 128), scale=0.06, zero_point=lo + 100)
+    m.add_operation(Op.RESHAPE, [p, _tensor(m, T.TENSOR_INT32, (2,), np.array([1, 128], np.int32))], [r])
+    wf = _tensor(m, kind, (10, 128), RNG.integers(lo, lo + 256, (10, 128)).astype(np.int8 if lo else np.uint8),
+                 scale=0.005, zero_point=lo + 128)
+    bf = _tensor(m, T.TENSOR_INT32, (10,), RNG.integers(-300, 300, 10, dtype=np.int32), scale=0.06 * 0.005)
+    fc = _tensor(m, kind, (1, 10), scale=0.1, zero_point=lo + 128)
+    m.add_operation(Op.FULLY_CONNECTED, [r, wf, bf, _scalar(m, 0)], [fc])
+    out = _tensor(m, kind, (1, 10), scale=1.0 / 256, zero_point=lo)
+    m.add_operation(Op.SOFTMAX, [fc, _scalar(m, 1.0, T.FLOAT32)], [out])
+    m.identify_inputs_and_outputs([x], [out, s])
+    m.finish()
+    return m
+
+
+def _run(model: nnapi.Model, device: str, inputs):
+    return nnapi.Compilation(model, devices=[device]).finish().execute(inputs)
+
+
+# --- the lowering table ------------------------------------------------------------------------
+def test_rules_register_themselves_and_the_table_imports_none_back():
+    graph.table()
+    assert {Op.CONV_2D, Op.DEPTHWISE_CONV_2D, Op.FULLY_CONNECTED, Op.ADD, Op.AVERAGE_POOL_2D, Op.MAX_POOL_2D,
+            Op.SOFTMAX, Op.QUANTIZE, Op.DEQUANTIZE} <= set(LOWERINGS)
+    code = ("import sys; import nnapi.drivers.openvino.lowering as l; "
+            "print(len(l.LOWERINGS), any(m.startswith('nnapi.drivers.openvino.rules.') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "False"]
+
+
+def test_claims_only_what_lowers(device):
+    m = nnapi.Model()
+    x = _tensor(m, T.TENSOR_FLOAT32, (1, 4))
+    y = _tensor(m, T.TENSOR_FLOAT32, (1, 4))
+    m.add_operation(Op.RELU, [x], [y])
+    # LSH_PROJECTION has no rule; a non-constant scalar parameter cannot be compiled in.
+    h = _tensor(m, T.TENSOR_FLOAT32, (4, 2), RNG.standard_normal((4, 2)).astype(np.float32))
+    w = _tensor(m, T.TENSOR_FLOAT32, (1,), np.ones(1, np.float32))
+    lsh = _tensor(m, T.TENSOR_INT32, (8,))
+    m.add_operation(Op.LSH_PROJECTION, [h, y, w, _scalar(m, 2)], [lsh])
+    act = m.add_operand(T.INT32)
+    z = _tensor(m, T.TENSOR_FLOAT32, (1, 4))
+    m.add_operation(Op.ADD, [y, y, act], [z])
+    m.identify_inputs_and_outputs([x, act], [lsh, z])
+    m.finish()
+    assert device.get_supported_operations(m.to_hal()) == [True, False, False]
+    hal = m.to_hal()
+    dims = [tuple(o.dimensions) for o in hal.main.operands]
+    reader = ConstantReader(hal)
+    assert analysis.refusal(hal, hal.main, hal.main.operations[1], dims, reader) == "no lowering rule"
+    assert "scalar operand" in analysis.refusal(hal, hal.main, hal.main.operations[2], dims, reader)
+
+
+def test_layouts_fold_no_transpose_between_channel_first_operations():
+    """NHWC convolutions, the depthwise, the residual ADD and the pool stay channel-first: the built
+    graph transposes only at its input and where RESHAPE needs the logical layout."""
+    m = conv_net()  # keeps the constants' memory alive
+    built = graph.build(m.to_hal())
+    kinds = [op.get_type_name() for op in built.model.get_ordered_ops()]
+    assert kinds.count("Convolution") == 2 and kinds.count("GroupConvolution") == 1
+    assert kinds.count("Transpose") == 3  # input -> NCHW; pool -> NHWC for RESHAPE; ADD output -> NHWC
+
+
+# --- results against the reference driver ---------------------------------------------------
+def test_float_model_matches_reference():
+    m = conv_net()
+    x = RNG.standard_normal((1, 12, 12, 3)).astype(np.float32)
+    got, want = _run(m, "openvino", [x]), _run(m, "reference", [x])
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, atol=1e-5, rtol=5 * 2**-23 * 4)
+
+
+def test_relaxed_model_is_computed_in_float32_not_bf16():
+    """OpenVINO's CPU default would be bf16 (8 mantissa bits): a relaxed model needs float16's
+    precision at least; the driver compiles in f32, so it agrees with the reference far closer than
+    bf16 could (bf16 errors on these values are around 1e-2)."""
+    m = conv_net(relaxed=True)
+    x = RNG.standard_normal((1, 12, 12, 3)).astype(np.float32)
+    got, want = _run(m, "openvino", [x]), _run(m, "reference", [x])
+    assert np.abs(got[1] - want[1]).max() < 1e-4 * max(1.0, np.abs(want[1]).max())
+
+
+@pytest.mark.parametrize("kind", [T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_ASYMM])
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_quantized_model_within_one_lsb_of_reference(kind, per_channel):
+    m = quant_net(kind, per_channel)
+    lo = -128 if kind == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
+    x = RNG.integers(lo, lo + 256, (1, 8, 8, 4)).astype(np.int8 if lo else np.uint8)
+    got, want = _run(m, "openvino", [x]), _run(m, "reference", [x])
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        assert np.abs(g.astype(np.int32) - w.astype(np.int32)).max() <= 1
+
+
+def test_quantized_convolutions_run_int8_kernels(device):
+    """The FakeQuantize / dequantized-weights pattern reaches OpenVINO's low-precision pipeline: the
+    convolutions and the fully connected layer execute in int8."""
+    m = quant_net()
+    prepared = device.prepare_model(m.to_hal())
+    runtime = prepared.compiled.get_runtime_model()
+    precisions = {}
+    for op in runtime.get_ordered_ops():
+        info = op.get_rt_info()
+        kind = info["layerType"].astype(str)
+        if kind in ("Convolution", "FullyConnected"):
+            precisions.setdefault(kind, set()).add(info["runtimePrecision"].astype(str))
+    assert precisions["Convolution"] <= {"i8", "u8"}, precisions
+    assert precisions["FullyConnected"] <= {"i8", "u8"}, precisions
+
+
+# --- execution -------------------------------------------------------------------------------
+def test_shared_memory_inputs_and_outputs_are_used_in_place():
+    m = conv_net()
+    x = RNG.standard_normal((1, 12, 12, 3)).astype(np.float32)
+    c = nnapi.Compilation(m, devices=["openvino"]).finish()
+    want = c.execute([x])
+    mem_in = nnapi.Memory.ashmem(x.nbytes)
+    mem_in.array(np.float32, x.shape)[...] = x
+    outs = [nnapi.Memory.ashmem(w.nbytes) for w in want]
+    for _ in range(2):  # the second execution reuses the request and its tensors
+        e = nnapi.Execution(c)
+        e.set_input_from_memory(0, mem_in, 0, x.nbytes)
+        for k, (mem, w) in enumerate(zip(outs, want)):
+            e.set_output_from_memory(k, mem, 0, w.nbytes)
+        e.compute()
+        for mem, w in zip(outs, want):
+            np.testing.assert_array_equal(mem.array(np.float32, w.shape), w)
+
+
+def test_async_execution_and_bursts():
+    m = conv_net()
+    x = RNG.standard_normal((1, 12, 12, 3)).astype(np.float32)
+    c = nnapi.Compilation(m, devices=["openvino"]).finish()
+    want = c.execute([x])
+    e = nnapi.Execution(c)
+    e.set_input(0, x)
+    y = np.zeros((1, 10), np.float32)
+    s = np.zeros((1, 12, 12, 8), np.float32)
+    e.set_output(0, y)
+    e.set_output(1, s)
+    e.start_compute().wait()
+    np.testing.assert_array_equal(y, want[0])
+    np.testing.assert_array_equal(s, want[1])
+
+
+def _heavy_model() -> nnapi.Model:
+    """A chain of 3x3 convolutions on 1x128x128x64: hundreds of milliseconds per execution."""
+    m = nnapi.Model()
+    f = T.TENSOR_FLOAT32
+    x = _tensor(m, f, (1, 128, 128, 64))
+    cur = x
+    for _ in range(12):
+        w = _tensor(m, f, (64, 3, 3, 64), RNG.standard_normal((64, 3, 3, 64)).astype(np.float32) * 0.05)
+        b = _tensor(m, f, (64,), np.zeros(64, np.float32))
+        y = _tensor(m, f, (1, 128, 128, 64))
+        m.add_operation(Op.CONV_2D, [cur, w, b, _scalar(m, 1), _scalar(m, 1), _scalar(m, 1), _scalar(m, 1)], [y])
+        cur = y
+    m.identify_inputs_and_outputs([x], [cur])
+    m.finish()
+    return m
+
+
+def test_deadline_cancels_the_running_request(device):
+    """A deadline that passes while the inference runs cancels its request: MISSED_DEADLINE_TRANSIENT
+    long before the inference could have finished; the prepared model keeps working afterwards."""
+    from nnapi.hal import DataLocation, MemoryPool, Request, RequestArgument
+    m = _heavy_model()
+    prepared = device.prepare_model(m.to_hal())
+    n_in, n_out = 128 * 128 * 64 * 4, 128 * 128 * 64 * 4
+    request = Request([RequestArgument(location=DataLocation(0, 0, n_in))],
+                      [RequestArgument(location=DataLocation(0, n_in, n_out))],
+                      [MemoryPool(pointer=bytearray(n_in + n_out))])
+    start = time.monotonic_ns()
+    prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
+    full_ns = time.monotonic_ns() - start
+    prepared.stats = None  # forget the measured duration: admission must not refuse up front
+    start = time.monotonic_ns()
+    with pytest.raises(NnError) as e:
+        prepared.execute_synchronously(request, MeasureTiming.NO, start + full_ns // 20, None)
+    assert e.value.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+    assert time.monotonic_ns() - start < full_ns // 2
+    prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
+
+
+def test_preferences_map_to_performance_hints():
+    d = OpenVinoDevice(threads=2)
+    assert d.config(ExecutionPreference.FAST_SINGLE_ANSWER)["PERFORMANCE_HINT"] == "LATENCY"
+    assert d.config(ExecutionPreference.SUSTAINED_SPEED)["PERFORMANCE_HINT"] == "THROUGHPUT"
+    low = d.config(ExecutionPreference.LOW_POWER)
+    assert low["INFERENCE_NUM_THREADS"] == 1 and low["PERFORMANCE_HINT"] == "LATENCY"
+    for p in ExecutionPreference:
+        assert d.config(p)["INFERENCE_PRECISION_HINT"] == "f32"
+
+
+@pytest.mark.parametrize("preference", list(ExecutionPreference))
+def test_every_preference_computes_the_same(preference):
+    m = conv_net()
+    x = RNG.standard_normal((1, 12, 12, 3)).astype(np.float32)
+    c = nnapi.Compilation(m, devices=["openvino"], preference=preference).finish()
+    for g, w in zip(c.execute([x]), _run(m, "reference", [x])):
+        np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-5)
+
+
+# --- caching ---------------------------------------------------------------------------------
+def test_cache_hit_imports_the_exported_model(tmp_path):
+    m = quant_net()
+    x = RNG.integers(-128, 128, (1, 8, 8, 4)).astype(np.int8)
+    outcomes, results = [], []
+    for _ in range(2):
+        c = nnapi.Compilation(m, devices=["openvino"], cache_dir=tmp_path, token=b"t" * 32).finish()
+        outcomes.append([o.outcome for o in c.cache_outcomes])
+        results.append(c.execute([x]))
+    assert outcomes == [["miss"], ["hit"]]
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+_NEW_PROCESS = """
+import sys, numpy as np, nnapi
+sys.path.insert(0, {tests!r})
+from test_openvino import quant_net
+m = quant_net(rng=np.random.default_rng(7))
+c = nnapi.Compilation(m, devices=["openvino"], cache_dir={cache!r}, token=b"p" * 32).finish()
+print(c.cache_outcomes[0].outcome)
+np.save({out!r}, c.execute([np.arange(256, dtype=np.int64).astype(np.int8).reshape(1, 8, 8, 4)])[0])
+"""
+
+
+def test_cache_hit_in_a_new_process_imports_the_exported_model(tmp_path):
+    """After an app restart nothing of the compilation is in memory: the verified export is imported."""
+    import os
+    m = quant_net(rng=np.random.default_rng(7))
+    c = nnapi.Compilation(m, devices=["openvino"], cache_dir=tmp_path, token=b"p" * 32).finish()
+    assert c.cache_outcomes[0].outcome == "miss"
+    want = c.execute([np.arange(256, dtype=np.int64).astype(np.int8).reshape(1, 8, 8, 4)])[0]
+    code = _NEW_PROCESS.format(tests=os.path.dirname(__file__), cache=str(tmp_path), out=str(tmp_path / "y.npy"))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ}).stdout.split()
+    assert out == ["hit"]
+    np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want)
+
+
+def test_cache_blob_from_another_openvino_is_refused():
+    m = quant_net().to_hal()
+    blob = bytearray(cache.to_blob(m, ExecutionPreference.FAST_SINGLE_ANSWER, nnapi.Priority.MEDIUM, b"xyz"))
+    model, pref, prio, export = cache.from_blob(memoryview(bytes(blob)))
+    assert bytes(export) == b"xyz" and pref == ExecutionPreference.FAST_SINGLE_ANSWER
+    assert len(model.main.operations) == len(m.main.operations)
+    blob[20:28] = b"0000.0.0"  # inside the OpenVINO version field
+    with pytest.raises(NnError, match="written by OpenVINO"):
+        cache.from_blob(memoryview(bytes(blob)))
+    with pytest.raises(NnError):
+        cache.from_blob(memoryview(b"NNOV" + b"\0" * 10))
+
+
+def test_driver_version_names_openvino_cpu_and_code(device):
+    version = device.get_info().version
+    import openvino as ov
+    assert f"+ov{ov.get_version().split('-')[0]}+cpu" in version and "+src" in version
+
+
+def test_openvino_telemetry_stays_off():
+    """`import openvino` would send an "import" telemetry event; the driver imports it declined, and
+    the process environment is left as it was."""
+    code = ("import os, sys, numpy as np, nnapi; from nnapi import OperandType as T, OperationType as Op\n"
+            "m = nnapi.Model(); a = m.add_operand(T.TENSOR_FLOAT32, (2,)); o = m.add_operand(T.TENSOR_FLOAT32, (2,))\n"
+            "m.add_operation(Op.RELU, [a], [o]); m.identify_inputs_and_outputs([a], [o]); m.finish()\n"
+            "print(nnapi.Compilation(m, devices=['openvino']).finish().execute([np.ones(2, np.float32)])[0].sum())\n"
+            "import openvino_telemetry\n"
+            "print(openvino_telemetry.Telemetry().consent, os.environ.get('CI'))")
+    env = {k: v for k, v in __import__("os").environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=env).stdout.split("\n")
+    assert out[0] == "2.0" and out[1] == "False None"
+
+
+def test_plain_rounding_fallback_matches_reference():
+    """The graph OpenVINO gets when its low-precision pipeline fails on a quantized pattern: Round /
+    Clamp instead of FakeQuantize, no int8 rewrite, the same results within one step."""
+    import openvino as ov
+    m = quant_net()
+    built = graph.build(m.to_hal(), rounding="plain")
+    assert "FakeQuantize" not in {op.get_type_name() for op in built.model.get_ordered_ops()}
+    compiled = ov.Core().compile_model(built.model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    x = RNG.integers(-128, 128, (1, 8, 8, 4)).astype(np.int8)
+    result = compiled.create_infer_request().infer([x])
+    want = _run(m, "reference", [x])
+    for k, w in enumerate(want):
+        got = result[compiled.output(k)]
+        assert got.dtype == w.dtype
+        assert np.abs(got.astype(np.int32) - w.astype(np.int32)).max() <= 1
+
+
+# --- control flow ------------------------------------------------------------------------------
+def test_while_and_if_lower_into_loop_and_if_nodes():
+    from test_control_flow import _while_model
+    c = nnapi.Compilation(_while_model(), devices=["openvino"]).finish()
+    assert [s.device.name for s in c.steps] == ["openvino"]
+    assert c.execute([np.array([3], np.int32), np.array([10], np.int32)])[0].tolist() == [10]
+    assert c.execute([np.array([12], np.int32), np.array([10], np.int32)])[0].tolist() == [12]  # body never runs
+
+
+def test_loop_budget_grows_until_the_loop_ends_and_is_kept():
+    """More iterations than the first budget: the graph runs again with a larger budget (the same
+    result as one long run), and the next execution starts from the budget that sufficed."""
+    from test_control_flow import _while_model
+    from nnapi.drivers.openvino.prepared_model import FIRST_LOOP_BUDGET
+    c = nnapi.Compilation(_while_model(), devices=["openvino"]).finish()
+    prepared = c.steps[0].prepared
+    n = 10 * FIRST_LOOP_BUDGET + 7
+    assert c.execute([np.array([0], np.int32), np.array([n], np.int32)])[0].tolist() == [n]
+    kept = prepared._loop_budget
+    assert kept >= n
+    assert c.execute([np.array([5], np.int32), np.array([n], np.int32)])[0].tolist() == [n]
+    assert prepared._loop_budget == kept
+
+
+def test_endless_loop_is_a_transient_deadline_miss_at_the_loop_timeout():
+    from test_control_flow import _while_model
+    c = nnapi.Compilation(_while_model(), devices=["openvino"]).finish()
+    e = nnapi.Execution(c)
+    e.set_loop_timeout(0.05)
+    e.set_input(0, np.array([0], np.int32))
+    e.set_input(1, np.array([2**31 - 1], np.int32))  # effectively endless
+    e.set_output(0, np.zeros(1, np.int32))
+    start = time.monotonic()
+    with pytest.raises(nnapi.NnError) as err:
+        e.compute()
+    assert err.value.status == nnapi.ErrorStatus.MISSED_DEADLINE_TRANSIENT
+    assert time.monotonic() - start < 5
