@@ -4,7 +4,8 @@ its cache format (see `device` and `prepared`). Drivers subclass `DriverDevice` 
 from .binding import Binding, loop_timeout, region_length
 from .device import CacheWriter, CompileJob, DriverDevice, env_flag, env_int
 from .prepared import DriverBurst, DriverPreparedModel, client_uid, shared_scheduler
+from .shared import ClaimMemo, Lru, RuleModules, source_fingerprint
 
 __all__ = ["Binding", "CacheWriter", "CompileJob", "DriverBurst", "DriverDevice", "DriverPreparedModel",
            "client_uid", "env_flag", "env_int", "loop_timeout", "region_length",
-           "shared_scheduler"]
+           "shared_scheduler", "ClaimMemo", "Lru", "RuleModules", "source_fingerprint"]

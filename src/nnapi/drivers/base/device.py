@@ -29,6 +29,7 @@ from ...memory.domains import DriverDomain
 from ...qos import Scheduler, estimate_peak_bytes, normalize_deadline
 from ...validation import validate_model, validate_preference, validate_priority
 from .prepared import DriverPreparedModel, client_uid
+from .shared import ClaimMemo, Lru
 
 log = logging.getLogger("nnapi.drivers")
 
@@ -145,6 +146,8 @@ class DriverDevice(IDevice):
     CACHE_FILES: ClassVar[tuple[int, int]] = (1, 1)
     DEVICE_TYPE: ClassVar[DeviceType] = DeviceType.CPU
     FEATURE_LEVEL: ClassVar[int] = 30
+    #: Remember claims across processes too (for drivers whose `supported` is expensive).
+    REMEMBER_CLAIMS: ClassVar[bool] = False
 
     def __init__(self, *, scheduler: Scheduler | None = None, workers: int | None = None, queue_capacity: int = 256,
                  memory_limit_bytes: int | None = None, engine: bool | None = None) -> None:
@@ -159,6 +162,8 @@ class DriverDevice(IDevice):
         self._engine: CachingEngine | None = None
         self._capabilities: Capabilities | None = None
         self._warned_state = False
+        self._claim_memo: Lru[list[bool]] = Lru(256)
+        self._claim_store: ClaimMemo | None = None
 
     # --- what a driver fills in ---------------------------------------------------------------------
     def driver_version(self) -> str:
@@ -246,10 +251,51 @@ class DriverDevice(IDevice):
         return self._capabilities
 
     def get_supported_operations(self, model: Model) -> list[bool]:
-        validate_model(model)
-        flags = self.supported(model)
+        """Validation and `supported`, remembered by the model's content fingerprint: in this process
+        for every driver, across processes too with REMEMBER_CLAIMS (the same bytes were validated and
+        claimed before, so a compilation from a cache skips both)."""
+        flags = self._claims(model)
         mappable = mappable_constant_flags(model)  # M5: a constant whose handle cannot be mapped is unsupported
-        return [bool(f) and ok for f, ok in zip(flags, mappable)]
+        return [f and ok for f, ok in zip(flags, mappable)]
+
+    def _claims(self, model: Model) -> list[bool]:
+        """`supported` of a validated model (INVALID_ARGUMENT when it is not valid), remembered."""
+        try:
+            key = model_fingerprint(model)
+        except Exception:  # malformed: validation names the fault
+            key = None
+        n = len(model.main.operations) if isinstance(model, Model) else 0
+        if key is not None:
+            flags = self._claim_memo.get(key)
+            if flags is None and self.REMEMBER_CLAIMS:
+                flags = self.claim_store.get(key)  # answered in an earlier process
+                if flags is not None and len(flags) == n:
+                    self._claim_memo.put(key, flags)
+            if flags is not None and len(flags) == n:
+                return list(flags)
+        validate_model(model)
+        try:
+            flags = [bool(f) for f in self.supported(model)]
+        except NnError:
+            raise
+        except Exception as e:  # a claim analysis that fails claims nothing, and is not remembered
+            log.warning("%s: claim analysis failed, nothing claimed: %s: %s", self.NAME, type(e).__name__, e)
+            return [False] * n
+        if len(flags) != n:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"{self.NAME}: supported() gave {len(flags)} flags for "
+                                                       f"{n} operations")
+        if key is not None:
+            self._claim_memo.put(key, flags)
+            if self.REMEMBER_CLAIMS:
+                self.claim_store.put(key, flags)
+        return list(flags)
+
+    @property
+    def claim_store(self) -> ClaimMemo:
+        """The claims remembered across processes (REMEMBER_CLAIMS)."""
+        if self._claim_store is None:
+            self._claim_store = ClaimMemo(self.NAME, self.version)
+        return self._claim_store
 
     def get_number_of_cache_files_needed(self) -> tuple[int, int]:
         return self.CACHE_FILES
@@ -258,12 +304,12 @@ class DriverDevice(IDevice):
                       priority: Priority = Priority.MEDIUM, deadline: int | None = None,
                       cache_handles: CacheHandles | None = None, token: bytes | None = None, *,
                       client: ClientId | None = None) -> DriverPreparedModel:
-        validate_model(model)
+        claims = self._claims(model)  # validates the model (or its very content was validated before)
         validate_preference(preference)
         validate_priority(priority)
         preference, priority = ExecutionPreference(preference), Priority(priority)
-        unsupported = [f"{i} ({op.type.name})" for i, (op, ok) in enumerate(zip(model.main.operations,
-                                                                                self.supported(model))) if not ok]
+        unsupported = [f"{i} ({op.type.name})" for i, (op, ok) in enumerate(zip(model.main.operations, claims))
+                       if not ok]
         if unsupported:
             raise NnError(ErrorStatus.INVALID_ARGUMENT,
                           f"the {self.NAME} driver does not support operations {', '.join(unsupported)}")

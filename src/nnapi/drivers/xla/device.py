@@ -23,9 +23,7 @@ from ..._version import __version__
 from ...caching import model_fingerprint
 from ...hal import DeviceInfo, DeviceType, ErrorStatus, Model, NnError
 from ...validation import validate_model
-from ..base import CompileJob, DriverDevice, env_int
-from ..base.device import log
-from .claims import ClaimMemo
+from ..base import CompileJob, DriverDevice, env_int, source_fingerprint
 
 NAME = "xla"
 #: One model-cache file (header, structure, executable) and one data-cache file (constants); see cache.py.
@@ -42,16 +40,9 @@ def _jax_version() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _source_fingerprint() -> str:
-    """8 hex digits of the code that decides what is claimed and compiled (this driver and its rules,
-    `ops/`, `validation/`, `hal/`): an edited checkout is a new driver version."""
-    import xxhash
-    root = Path(__file__).resolve().parents[2]
-    h = xxhash.xxh3_64()
-    for folder in ("drivers/xla", "drivers/xla/rules", "ops", "validation", "hal"):
-        for path in sorted((root / folder).glob("*.py")):
-            h.update(path.name.encode())
-            h.update(path.read_bytes())
-    return h.hexdigest()[:8]
+    """The code that decides what is claimed and compiled: this driver and its rules, `ops/`,
+    `validation/`, `hal/` (an edited checkout is a new driver version)."""
+    return source_fingerprint("drivers/xla", "drivers/xla/rules", "drivers/base", "ops", "validation", "hal")
 
 
 class XlaDevice(DriverDevice):
@@ -59,6 +50,7 @@ class XlaDevice(DriverDevice):
 
     NAME = NAME
     CACHE_FILES = (NUM_MODEL_CACHE, NUM_DATA_CACHE)
+    REMEMBER_CLAIMS = True  # the analysis traces the lowering: about a third of a compilation
 
     def __init__(self, *, optimize_after: int | None = None, segments: int | None = None,
                  scheduler=None, engine: bool | None = None, memory_limit_bytes: int | None = None,
@@ -71,10 +63,6 @@ class XlaDevice(DriverDevice):
             segments = env_int("NNAPI_XLA_SEGMENTS") or None
         #: Sub-models per partition (None: by estimated work, see program.segment_bounds).
         self.segments = segments
-        #: Answers of get_supported_operations by model fingerprint (the analysis traces abstractly),
-        #: in this process and, across processes, in the state directory.
-        self._support_memo: dict[bytes, list[bool]] = {}
-        self.claims = ClaimMemo(self.version)
         self._last_analysis: tuple | None = None
         self._lock = threading.Lock()
         #: The fastest compile seen, per operation: half of it is the lower bound preparation admission uses.
@@ -93,53 +81,16 @@ class XlaDevice(DriverDevice):
         return capabilities(self)
 
     # --- claims ---------------------------------------------------------------------------------------
-    def get_supported_operations(self, model: Model) -> list[bool]:
-        """Remembered by content fingerprint, in this process and in the state directory: the same
-        bytes were validated and analysed before (analysis traces the lowering abstractly, so a
-        compilation from a cache, also in a new process, skips it)."""
-        flags = self._remembered(model)
-        if flags is not None:
-            return list(flags)
-        return super().get_supported_operations(model)
-
-    def _remembered(self, model: Model) -> list[bool] | None:
-        try:
-            key = model_fingerprint(model)
-        except Exception:  # malformed: validation names the fault
-            return None
-        with self._lock:
-            flags = self._support_memo.get(key)
-        if flags is None:
-            flags = self.claims.get(key)  # answered in an earlier process
-            if flags is None or len(flags) != len(model.main.operations):
-                return None
-            with self._lock:
-                self._support_memo[key] = flags
-        return flags
-
     def supported(self, model: Model) -> list[bool]:
-        flags = self._remembered(model)
-        if flags is not None:
-            return list(flags)
+        """Every operation the lowering table lowers for these shapes (traced abstractly; the base
+        remembers the answer by content, across processes too: REMEMBER_CLAIMS)."""
         from .analysis import analyze
-        try:
-            dims, lowered = analyze(model)
-            flags = [lop is not None for lop in lowered]
-        except NnError:
-            raise
-        except Exception as e:  # an analysis failure claims nothing, and is not remembered (it may not recur)
-            log.warning("xla: analysis failed, nothing claimed: %s: %s", type(e).__name__, e)
-            return [False] * len(model.main.operations)
-        key = model_fingerprint(model)
-        self.claims.put(key, flags)
+        dims, lowered = analyze(model)
         with self._lock:
-            self._support_memo[key] = flags
             # The runtime prepares what it just asked about: keep the last analysis for it (one
             # entry, as it references the caller's constant memory until then).
-            self._last_analysis = (key, dims, lowered) if lowered is not None else None
-            while len(self._support_memo) > 256:
-                self._support_memo.pop(next(iter(self._support_memo)))
-        return list(flags)
+            self._last_analysis = (model_fingerprint(model), dims, lowered)
+        return [lop is not None for lop in lowered]
 
     def _take_analysis(self, model: Model) -> tuple | None:
         """(dims, lowered) that `supported` made for these very bytes, once."""

@@ -30,6 +30,7 @@ from ...ops import numpy_dtype
 from ...caching.constants import relocate_constants
 from ...caching.files import aligned_buffer
 from ...qos.estimate import operation_work
+from ..base import Lru
 from .analysis import analyze, with_dims
 from .control_flow import LoopBudget, has_loops
 from .lowering import LoweredOp, run_op
@@ -294,32 +295,10 @@ _MAGIC = b"NNXLAEX1"
 FORMAT = 1
 
 
-class _LoadedExecutables:
-    """Executables of this process by the SHA-256 of their serialized bytes: a cache hit on bytes this
-    process serialized or loaded before (verified again by the integrity registry) reuses the
-    executable instead of loading it anew (XLA's load costs ~0.1 ms per KB of code). Bounded, LRU."""
-
-    def __init__(self, capacity: int = 32) -> None:
-        self.capacity = capacity
-        self._entries: dict[bytes, object] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: bytes):
-        with self._lock:
-            exe = self._entries.pop(key, None)
-            if exe is not None:
-                self._entries[key] = exe  # most recently used last
-            return exe
-
-    def put(self, key: bytes, exe) -> None:
-        with self._lock:
-            self._entries.pop(key, None)
-            self._entries[key] = exe
-            while len(self._entries) > self.capacity:
-                self._entries.pop(next(iter(self._entries)))
-
-
-LOADED = _LoadedExecutables()
+#: Executables of this process by the SHA-256 of their serialized bytes: a cache hit on bytes this
+#: process serialized or loaded before (verified again by the integrity registry) reuses the executable
+#: instead of loading it anew (XLA's load costs ~0.1 ms per KB of code).
+LOADED: Lru = Lru(32)
 
 
 def serialize(compiled) -> bytes:

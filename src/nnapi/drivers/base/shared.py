@@ -1,0 +1,136 @@
+"""Small pieces compiling drivers share: a source fingerprint for their version string, a bounded
+LRU of loaded artifacts, a one-time loader of self-registering rule modules, and the persistent
+memo of what a driver claimed for a model."""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Generic, Hashable, TypeVar
+
+import xxhash
+
+from ...caching import state_dir
+from ...caching._sqlite import ThreadConnections
+
+V = TypeVar("V")
+_PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def source_fingerprint(*folders: str) -> str:
+    """8 hex digits of the Python files in `folders` (relative to the package): a driver whose
+    claiming or compiling code changed is a new driver version, which trusts no older cache (C9)."""
+    h = xxhash.xxh3_64()
+    for folder in folders:
+        for path in sorted((_PACKAGE_ROOT / folder).glob("*.py")):
+            h.update(f"{folder}/{path.name}".encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()[:8]
+
+
+class Lru(Generic[V]):
+    """A bounded, thread-safe map that drops its least recently used entry first."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._entries: dict[Hashable, V] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> V | None:
+        with self._lock:
+            value = self._entries.pop(key, None)
+            if value is not None:
+                self._entries[key] = value  # most recently used last
+            return value
+
+    def put(self, key: Hashable, value: V) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+            self._entries[key] = value
+            while len(self._entries) > self.capacity:
+                self._entries.pop(next(iter(self._entries)))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class RuleModules:
+    """The rule modules of a lowering table (a package whose modules register themselves), imported
+    once by whoever reads the table (modules named with a leading underscore are helpers)."""
+
+    def __init__(self, package: str) -> None:
+        self.package = package
+        self._lock = threading.Lock()
+        self._loaded = False
+
+    def load(self) -> None:
+        if self._loaded:
+            return
+        with self._lock:
+            if self._loaded:
+                return
+            module = importlib.import_module(self.package)
+            for info in pkgutil.iter_modules(module.__path__):
+                if not info.name.startswith("_"):
+                    importlib.import_module(f"{self.package}.{info.name}")
+            self._loaded = True
+
+
+_CLAIMS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS claims (
+    driver TEXT NOT NULL,
+    version TEXT NOT NULL,
+    fingerprint BLOB NOT NULL,
+    flags BLOB NOT NULL,
+    last_used REAL NOT NULL,
+    PRIMARY KEY (driver, version, fingerprint)
+)
+"""
+#: Rows kept per driver version; the least recently used beyond it are dropped.
+MAX_CLAIM_ROWS = 4096
+
+
+class ClaimMemo:
+    """What a driver claimed for a validated model, by content fingerprint, across processes (in
+    `<state dir>/claims.sqlite3`, per driver name and version: changed claiming code starts empty).
+
+    Proving claims can cost as much as a good part of a compilation (tracing, lowering on stand-in
+    inputs), and a process that prepares from a cache would pay it before the runtime even looks at
+    the cache. A wrong answer could only make a preparation fail with the driver's own error, never
+    run unchecked code: preparation validates and compiles again, or loads verified bytes. Every
+    failure (no usable state directory, a locked or damaged database) only loses the shortcut."""
+
+    def __init__(self, driver: str, version: str) -> None:
+        self.driver, self.version = driver, version
+        self._connections = ThreadConnections(_CLAIMS_SCHEMA)
+
+    def _conn(self) -> sqlite3.Connection:
+        return self._connections.get(str(state_dir() / "claims.sqlite3"))
+
+    def get(self, fingerprint: bytes) -> list[bool] | None:
+        try:
+            row = self._conn().execute("SELECT flags FROM claims WHERE driver = ? AND version = ? AND fingerprint = ?",
+                                       (self.driver, self.version, fingerprint)).fetchone()
+        except (sqlite3.Error, OSError):
+            return None
+        if row is None or any(b not in (0, 1) for b in bytes(row[0])):
+            return None
+        return [bool(b) for b in bytes(row[0])]
+
+    def put(self, fingerprint: bytes, flags: list[bool]) -> None:
+        try:
+            conn = self._conn()
+            conn.execute("INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?)",
+                         (self.driver, self.version, fingerprint, bytes(int(f) for f in flags), time.time()))
+            conn.execute("DELETE FROM claims WHERE driver = ? AND version = ? AND fingerprint NOT IN (SELECT "
+                         "fingerprint FROM claims WHERE driver = ? AND version = ? ORDER BY last_used DESC LIMIT ?)",
+                         (self.driver, self.version, self.driver, self.version, MAX_CLAIM_ROWS))
+        except (sqlite3.Error, OSError):
+            pass
