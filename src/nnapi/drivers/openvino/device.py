@@ -34,8 +34,6 @@ from . import cache
 from .prepared_model import OpenVinoPreparedModel
 
 NAME = "openvino"
-#: Reported speed relative to the reference driver (lower is better); NNAPI_OPENVINO_PERFORMANCE overrides.
-DEFAULT_PERFORMANCE = 0.05
 
 
 @functools.lru_cache(maxsize=1)
@@ -95,16 +93,13 @@ class OpenVinoDevice(DriverDevice):
         return f"{__version__}+ov{ov.get_version().split('-')[0]}+cpu{cpu_features()}+src{lowering_fingerprint()}"
 
     def capabilities(self) -> Capabilities:
-        env = os.environ.get("NNAPI_OPENVINO_PERFORMANCE", "").strip()
-        try:
-            ratio = float(env) if env else DEFAULT_PERFORMANCE
-        except ValueError:
-            ratio = DEFAULT_PERFORMANCE
-        fast = PerformanceInfo(ratio, ratio)
-        types = sorted(t for t in OperandType if t not in (OperandType.SUBGRAPH, OperandType.OEM,
-                                                           OperandType.TENSOR_OEM_BYTE))
-        return Capabilities(fast, fast, tuple(OperandPerformance(t, fast) for t in types),
-                            PerformanceInfo(), PerformanceInfo())
+        """Measured against the reference driver at first use (`drivers.base.calibration`, stored in the
+        state directory); quantized types get the float ratio (the reference's integer kernels are slower
+        still). NNAPI_OPENVINO_PERFORMANCE overrides the measurement."""
+        from ..base import calibration
+        types = [t for t in OperandType if t not in (OperandType.SUBGRAPH, OperandType.OEM, OperandType.TENSOR_OEM_BYTE)]
+        steady = type(self)(threads=self._threads, pinning=self._pinning, engine=False, scheduler=self.scheduler)
+        return calibration.capabilities(self, steady, types=types)
 
     @property
     def core(self) -> ov.Core:

@@ -1,31 +1,14 @@
-"""Measured performance for `get_capabilities` (a short calibration at first use).
+"""The XLA device's calibration (see `drivers.base.calibration`) and its backend.
 
-The XLA device's performance numbers are ratios to the reference driver (lower is better), as the
-HAL defines them. At first use the calibration runs one small convolutional workload (CONV_2D 3x3
-+ RELU, CONV_2D 1x1, ADD, on a 1x32x32x16 input: typical float work, per-call overheads
-included) on both drivers, float32 and float16, and stores the medians in the driver's state
-directory (`xla-calibration-<version>-<backend>.json`), so later processes read them back.
-`NNAPI_XLA_PERFORMANCE=<ratio>` overrides the measurement (for reproducible partitioning).
+The steady state it measures is the optimised executable at once, without the caching engine.
+`NNAPI_XLA_PERFORMANCE=<ratio>` overrides the measurement.
 """
 from __future__ import annotations
 
-import json
 import os
-import statistics
-import time
 
-import numpy as np
-
-from ...caching import state_dir
-from ...hal import (Capabilities, DataLocation, MeasureTiming, MemoryPool, Model, Operand, OperandLifeTime,
-                    OperandPerformance, OperandType as T, Operation, OperationType as Op, PerformanceInfo,
-                    Request, RequestArgument, Subgraph)
-
-#: Used when the calibration cannot run: slower than the reference, so nothing moves to XLA.
-FALLBACK = 2.0
-_FLOAT_TYPES = {T.TENSOR_FLOAT32: "float32", T.FLOAT32: "float32", T.TENSOR_FLOAT16: "float16",
-                T.FLOAT16: "float16", T.TENSOR_INT32: "float32", T.INT32: "float32",
-                T.TENSOR_BOOL8: "float32", T.BOOL: "float32"}
+from ...hal import Capabilities
+from ..base import calibration
 
 
 def backend() -> str:
@@ -47,120 +30,6 @@ def backend() -> str:
     return "gpu" if any("cuda" in n or "rocm" in n for n in names) else "cpu"
 
 
-def calibration_model(dtype: np.dtype, size: int = 32, channels: int = 16) -> Model:
-    """CONV_2D 3x3 (+RELU) -> CONV_2D 1x1 -> ADD with the first result, as a HAL model."""
-    rng = np.random.default_rng(7)
-    ft = T.TENSOR_FLOAT32 if dtype == np.float32 else T.TENSOR_FLOAT16
-    values = bytearray()
-    blob = bytearray()
-    operands: list[Operand] = []
-
-    def scalar(v: int) -> int:
-        values.extend(np.int32(v).tobytes())
-        operands.append(Operand(T.INT32, (), lifetime=OperandLifeTime.CONSTANT_COPY,
-                                location=DataLocation(0, len(values) - 4, 4)))
-        return len(operands) - 1
-
-    def weights(shape: tuple[int, ...]) -> int:
-        data = (rng.standard_normal(shape) * 0.1).astype(dtype).tobytes()
-        blob.extend(b"\0" * (-len(blob) % 64))
-        operands.append(Operand(ft, shape, lifetime=OperandLifeTime.CONSTANT_REFERENCE,
-                                location=DataLocation(0, len(blob), len(data))))
-        blob.extend(data)
-        return len(operands) - 1
-
-    def tensor(lifetime=OperandLifeTime.TEMPORARY_VARIABLE) -> int:
-        operands.append(Operand(ft, (1, size, size, channels), lifetime=lifetime))
-        return len(operands) - 1
-
-    x = tensor(OperandLifeTime.SUBGRAPH_INPUT)
-    same, one, relu, none = scalar(1), scalar(1), scalar(1), scalar(0)
-    w1, b1 = weights((channels, 3, 3, channels)), weights((channels,))
-    w2, b2 = weights((channels, 1, 1, channels)), weights((channels,))
-    h1, h2, out = tensor(), tensor(), tensor(OperandLifeTime.SUBGRAPH_OUTPUT)
-    ops = [Operation(Op.CONV_2D, (x, w1, b1, same, one, one, relu), (h1,)),
-           Operation(Op.CONV_2D, (h1, w2, b2, same, one, one, none), (h2,)),
-           Operation(Op.ADD, (h1, h2, none), (out,))]
-    for op in ops:
-        for i in op.inputs:
-            operands[i].number_of_consumers += 1
-    return Model(Subgraph(operands, ops, (x,), (out,)), [], bytes(values), [MemoryPool(pointer=bytes(blob))])
-
-
-def _median_run_s(prepared, model: Model, runs: int) -> float:
-    x_op = model.main.operands[model.main.input_indexes[0]]
-    dtype = np.float32 if x_op.type == T.TENSOR_FLOAT32 else np.float16
-    x = np.random.default_rng(1).standard_normal(x_op.dimensions).astype(dtype)
-    y = np.empty_like(x)
-    request = Request([RequestArgument(location=DataLocation(0, 0, x.nbytes))],
-                      [RequestArgument(location=DataLocation(1, 0, y.nbytes))],
-                      [MemoryPool(pointer=x), MemoryPool(pointer=y)])
-    prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def measure(device) -> dict:
-    """Ratios xla / reference on the calibration workload, per float type."""
-    from ..reference import ReferenceDevice
-    reference = ReferenceDevice(jit=False, engine=False)
-    # The steady state (the optimised executable at once), and nothing left in the caching engine.
-    xla = type(device)(optimize_after=0, engine=False, scheduler=device.scheduler)
-    result = {}
-    for name, dtype in (("float32", np.float32), ("float16", np.float16)):
-        model = calibration_model(np.dtype(dtype))
-        ref_s = _median_run_s(reference.prepare_model(model), model, 5)
-        prepared = xla.prepare_model(model)
-        xla_s = _median_run_s(prepared, model, 20)
-        result[name] = {"reference_s": ref_s, "xla_s": xla_s, "ratio": min(max(xla_s / ref_s, 0.01), 10.0)}
-    return result
-
-
-def _path(device) -> str:
-    return os.path.join(state_dir(), f"xla-calibration-{device.version}-{backend()}.json")
-
-
-def load_or_measure(device) -> dict:
-    """The stored calibration of this driver version and backend, else a new one (stored when the
-    state directory is usable)."""
-    try:
-        path = _path(device)
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f)
-        if all(data.get(k, {}).get("ratio", 0) > 0 for k in ("float32", "float16")):
-            return data
-    except (OSError, ValueError, AttributeError):
-        pass
-    data = measure(device)
-    try:
-        path = _path(device)
-    except OSError:
-        return data
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    return data
-
-
 def capabilities(device) -> Capabilities:
-    override = os.environ.get("NNAPI_XLA_PERFORMANCE", "").strip()
-    try:
-        if override:
-            ratios = {"float32": float(override), "float16": float(override)}
-        else:
-            data = load_or_measure(device)
-            ratios = {k: float(data[k]["ratio"]) for k in ("float32", "float16")}
-    except Exception:  # never fail discovery over a calibration
-        ratios = {"float32": FALLBACK, "float16": FALLBACK}
-    info = {k: PerformanceInfo(v, v) for k, v in ratios.items()}
-    entries = tuple(OperandPerformance(t, info[_FLOAT_TYPES[t]]) for t in sorted(_FLOAT_TYPES))
-    # IF / WHILE run their subgraphs inside the same compiled program: float speed.
-    return Capabilities(info["float32"], info["float32"], entries, info["float32"], info["float32"])
+    steady = type(device)(optimize_after=0, engine=False, scheduler=device.scheduler)
+    return calibration.capabilities(device, steady, variant=backend())
