@@ -16,14 +16,24 @@ $(STAMP): pyproject.toml setup.py constraints.txt
 run: $(STAMP)
 	$(PY) examples/main_job.py
 
+# The suite, the conformance corpus on the reference driver behind `nnapi serve` (the command starts
+# and stops the service), and the certification kit (--quick) on every driver we ship.
 test: $(STAMP)
 	$(PY) -m pytest
-	$(VENV)/bin/nnapi cts $(SHARED)/cts --device reference --json $(VENV)/cts-reference.json
+	$(VENV)/bin/nnapi cts $(SHARED)/cts --device reference --service --json $(VENV)/cts-reference.json
+	for d in reference xla openvino; do \
+		$(VENV)/bin/nnapi vts --device $$d --quick --vectors $(SHARED)/cts --json $(VENV)/vts-$$d.json || exit 1; \
+	done
 
-# Everything: the whole corpus also on the XLA driver alone and on all devices, partitioned.
+# Everything: the corpus on every driver alone (xla behind its service) and on all devices, partitioned,
+# and the full certification kit on every driver.
 test-all: test
-	$(VENV)/bin/nnapi cts $(SHARED)/cts --device xla --json $(VENV)/cts-xla.json
+	$(VENV)/bin/nnapi cts $(SHARED)/cts --device xla --service --json $(VENV)/cts-xla.json
+	$(VENV)/bin/nnapi cts $(SHARED)/cts --device openvino --json $(VENV)/cts-openvino.json
 	$(VENV)/bin/nnapi cts $(SHARED)/cts --json $(VENV)/cts-all.json
+	for d in reference xla openvino; do \
+		$(VENV)/bin/nnapi vts --device $$d --vectors $(SHARED)/cts --json $(VENV)/vts-$$d-full.json || exit 1; \
+	done
 
 # The fuzz tests with many more examples (minutes): random models, requests, conformance models with
 # mutated parameters, .tflite bytes, HAL model bytes, memory pools and domains.

@@ -106,14 +106,12 @@ def test_token_not_provided(tmp_path, add_relu, params):
 
 @pytest.fixture
 def restore_devices():
-    """register_device changes the process-wide list: start from the reference device alone (no discovery
-    of every installed driver) and put the list back afterwards."""
-    with devices_module._lock:
-        before = devices_module._devices
-        devices_module._devices = [reference()]
+    """register_device changes the process-wide list: take back what the test registered."""
+    before = {d.name for d in nnapi.devices()}
     yield
-    with devices_module._lock:
-        devices_module._devices = before
+    for d in nnapi.devices():
+        if d.name not in before:
+            devices_module.unregister_device(d.name)
 
 
 @pytest.mark.parametrize("status", [ErrorStatus.NONE, ErrorStatus.DEVICE_UNAVAILABLE], ids=lambda s: s.name)

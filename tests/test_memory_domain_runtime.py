@@ -391,10 +391,14 @@ RESULTS = ["OK", "BAD_TOKEN", "BAD_IBUFFER", "BAD_STATUS", "NOT_SUPPORTED"]
 @pytest.fixture
 def install(monkeypatch):
     """Make exactly these fake drivers (plus the reference device) the available devices."""
+    import nnapi.runtime.compilation as compilation_module
+
     def do(*drivers):
         made = [devices_module._make(d) for d in drivers]
         reference = devices_module.find_device("reference")
-        monkeypatch.setattr(devices_module, "_devices", [*made, reference])
+        available = [*made, reference]
+        monkeypatch.setattr(compilation_module, "all_devices", lambda: list(available))
+        monkeypatch.setattr(devices_module, "devices", lambda: list(available))
         return made
     return do
 

@@ -6,7 +6,7 @@ The public API is the app-facing runtime (`Model`, `Compilation`, `Execution`, `
 from ._version import __version__
 from .hal import (DeviceType, ErrorStatus, ExecutionPreference, FusedActivationFunc, NnError, OperandType,
                   OperationType, OutputShape, PaddingScheme, Priority, ResultCode, Timing)
-from .runtime import (CacheOutcome, Compilation, Device, Event, Execution, Memory, Model, devices,
+from .runtime import (Burst, CacheOutcome, Compilation, Device, Event, Execution, Memory, Model, devices,
                       model_token, register_device)
 from .memory import HardwareBuffer, HardwareBufferFormat, HardwareBufferUsage
 from .runtime import MemoryDesc
@@ -19,5 +19,5 @@ __all__ = [
     "OperationType", "OutputShape", "Priority", "ExecutionPreference", "DeviceType", "FusedActivationFunc",
     "PaddingScheme", "Timing",
     "HardwareBuffer", "HardwareBufferFormat", "HardwareBufferUsage", "MemoryDesc", "trace",
-    "load", "CompiledModel", "TensorInfo",
+    "load", "CompiledModel", "TensorInfo", "Burst",
 ]

@@ -1,11 +1,230 @@
-"""The `nnapi` command: devices, cts (conformance vectors), run and bench (`.tflite` models)."""
+"""The `nnapi` command: devices, cts (conformance vectors), run and bench (`.tflite` models).
+
+Every argument is checked before any work; an error is one line on stderr (`nnapi CMD: ...`) with a
+non-zero exit (2: bad arguments, 1: the work failed), the traceback only with `--debug`. Progress
+goes to stderr: a bar on a terminal, plain lines every few seconds otherwise. `-v` / `-vv` turn on
+the `nnapi` loggers (INFO / DEBUG) through the standard `logging` module.
+"""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import logging
+import math
 import os
 import sys
+import threading
 import time
+from typing import Any, Callable, Iterator
+
+log = logging.getLogger("nnapi.cli")
+
+#: Seconds between plain progress lines when stderr is not a terminal.
+PROGRESS_INTERVAL_S = float(os.environ.get("NNAPI_PROGRESS_INTERVAL", "2"))
+
+
+# --- errors, argument checks, logging, progress --------------------------------------------------------
+class CommandError(Exception):
+    """A bad argument or an unusable path: printed as one line, exit status 2."""
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse with one-line errors (`nnapi run: argument --runs: ...`), exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _output_file(path: str | None, option: str) -> str | None:
+    """`path` if a file can be written there: its folder exists and is writable, it is not a folder."""
+    if path is None:
+        return None
+    if os.path.isdir(path):
+        raise CommandError(f"{option} {path}: is a folder, not a file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CommandError(f"{option} {path}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise CommandError(f"{option} {path}: not writable")
+    return path
+
+
+def _input_file(path: str | None, option: str) -> str | None:
+    """`path` if it is a readable regular file."""
+    if path is None:
+        return None
+    if not os.path.exists(path):
+        raise CommandError(f"{option} {path}: no such file")
+    if os.path.isdir(path):
+        raise CommandError(f"{option} {path}: is a folder, not a file")
+    if not os.access(path, os.R_OK):
+        raise CommandError(f"{option} {path}: not readable")
+    return path
+
+
+def _cache_folder(path: str | None) -> str | None:
+    """The cache folder, created when missing (as the compilation would): a file, a folder that cannot
+    be created or one that cannot be written is an error before any work."""
+    if path is None:
+        return None
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise CommandError(f"--cache-dir {path}: not a folder")
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as e:
+        raise CommandError(f"--cache-dir {path}: cannot be created ({e.strerror or e})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise CommandError(f"--cache-dir {path}: not writable")
+    return path
+
+
+def _device_names(names: list[str | None]) -> None:
+    """Each given device name must be one `nnapi devices` lists."""
+    wanted = [n for n in names if n]
+    if not wanted:
+        return
+    from .runtime import devices
+    known = [d.name for d in devices()]
+    for name in wanted:
+        if name not in known:
+            raise CommandError(f"--device {name}: no such device (devices: {', '.join(known) or 'none'})")
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _milliseconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be milliseconds (a number >= 0; 0: no timeout), got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be milliseconds >= 0 (0: no timeout), got {text!r}")
+    return value
+
+
+def _plot_file(path: str | None) -> str | None:
+    """--plot FILE: a writable .png/.svg/.pdf path, and matplotlib installed."""
+    if path is None:
+        return None
+    if os.path.splitext(path)[1].lower() not in (".png", ".svg", ".pdf"):
+        raise CommandError(f"--plot {path}: the file must end in .png, .svg or .pdf")
+    _output_file(path, "--plot")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise CommandError("--plot needs matplotlib: pip install 'nnapi[plot]'") from None
+    return path
+
+
+@contextlib.contextmanager
+def _logging(verbosity: int) -> Iterator[None]:
+    """With -v (INFO) or -vv (DEBUG), the `nnapi` loggers (drivers log on `nnapi.drivers`, the runtime on
+    `nnapi.runtime`) print on stderr while the command runs; restored afterwards, so `main` can be called
+    from Python. Without -v logging is left as it is: warnings reach stderr through Python's default
+    (and a command that configures logging itself, like `nnapi serve --log-level`, is not overruled)."""
+    if verbosity <= 0:
+        yield
+        return
+    root = logging.getLogger("nnapi")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    previous = root.level, root.propagate
+    root.addHandler(handler)
+    root.setLevel(logging.INFO if verbosity == 1 else logging.DEBUG)
+    root.propagate = False  # printed once, by this handler
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(previous[0])
+        root.propagate = previous[1]
+
+
+def _error_text(message: str) -> str:
+    """A message as one line (a multi-line NnError, e.g. every unsupported operator, joined by '; ')."""
+    return "; ".join(line.strip() for line in str(message).splitlines() if line.strip())
+
+
+class Progress:
+    """Progress on stderr: a rich bar (or spinner when `total` is None) on a terminal; otherwise a plain
+    line every `PROGRESS_INTERVAL_S` seconds while the work goes on (`label: done/total note, N s`)."""
+
+    def __init__(self, label: str, total: int | None = None, interactive: bool | None = None) -> None:
+        from rich.console import Console
+        self.label, self.total, self.done, self.note = label, total, 0, ""
+        self.console = Console(stderr=True, highlight=False, markup=False)
+        self.interactive = self.console.is_terminal if interactive is None else interactive
+        self.start = time.perf_counter()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._bar: Any = None
+        self._task: Any = None
+
+    def __enter__(self) -> "Progress":
+        if self.interactive:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as Bar, SpinnerColumn, TextColumn,
+                                       TimeElapsedColumn)
+            columns = [TextColumn(self.label), BarColumn(), MofNCompleteColumn()] if self.total is not None else [
+                SpinnerColumn(), TextColumn(self.label)]
+            self._bar = Bar(*columns, TimeElapsedColumn(), TextColumn("{task.description}"), console=self.console,
+                            transient=True)
+            self._bar.__enter__()
+            self._task = self._bar.add_task("", total=self.total)
+        else:
+            self._thread = threading.Thread(target=self._tick, daemon=True, name="nnapi-progress")
+            self._thread.start()
+        return self
+
+    def line(self) -> str:
+        count = f" {self.done}/{self.total}" if self.total is not None else ""
+        note = f" {self.note}" if self.note else ""
+        return f"{self.label}:{count}{note}, {time.perf_counter() - self.start:.0f} s"
+
+    def _tick(self) -> None:
+        while not self._stop.wait(PROGRESS_INTERVAL_S):
+            self.console.print(self.line())
+
+    def update(self, advance: int = 0, note: str | None = None) -> None:
+        self.done += advance
+        if note is not None:
+            self.note = note
+        if self._bar is not None:
+            self._bar.update(self._task, advance=advance, description=self.note)
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        if self._bar is not None:
+            self._bar.__exit__(*exc)
+
+
+@contextlib.contextmanager
+def _tracing(path: str | None) -> Iterator[None]:
+    """Record a Chrome / Perfetto trace of the block into `path` (nothing when None)."""
+    if path is None:
+        yield
+        return
+    from .tracing import trace
+    with trace(path):
+        yield
+    log.info("trace written to %s", path)
 
 
 def _cmd_devices(args: argparse.Namespace) -> int:
@@ -17,42 +236,48 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{"name": d.name, "version": d.version, "type": d.type.name,
                            "feature_level": d.feature_level, "cache_files": list(d.cache_files),
+                           "location": d.location, "pid": d.pid, "socket": d.socket,
                            "performance": {p.type.name: {"exec_time": p.info.exec_time,
                                                          "power_usage": p.info.power_usage}
                                            for p in d.capabilities.operand_performance}} for d in devs], indent=2))
         return 0
     table = Table(title="nnapi devices")
-    for col in ("name", "version", "type", "feature level", "cache files (model, data)", "float32 exec time"):
+    for col in ("name", "version", "type", "feature level", "cache files (model, data)", "float32 exec time",
+                "where"):
         table.add_column(col)
     from .hal import OperandType
     for d in devs:
         table.add_row(d.name, d.version, d.type.name, str(d.feature_level), str(d.cache_files),
-                      f"{d.capabilities.performance(OperandType.TENSOR_FLOAT32).exec_time:g}")
+                      f"{d.capabilities.performance(OperandType.TENSOR_FLOAT32).exec_time:g}", d.where)
     Console().print(table)
     return 0
 
 
 def _cmd_cts(args: argparse.Namespace) -> int:
+    if getattr(args, "service", False):
+        from .service.cli import run_served
+        return run_served(args.device, lambda: _cmd_cts(argparse.Namespace(**{**vars(args), "service": False})))
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
     from .conformance.runner import run_vectors, summarize
     from .conformance.vectors import load_vectors
 
-    console = Console(stderr=True)
-    tests = list(load_vectors(args.paths, args.k))
+    try:
+        tests = list(load_vectors(args.paths, args.k))
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CommandError(f"cannot read the test vectors: {type(e).__name__}: {e}") from None
+    log.info("%d test vectors from %s", len(tests), ", ".join(args.paths))
     start = time.perf_counter()
     failures = []
-    with Progress(TextColumn("cts"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=console, transient=True,
-                  disable=not console.is_terminal) as progress:
-        task = progress.add_task("", total=len(tests))
-
+    tally = {"failed": 0, "skipped": 0}
+    with _tracing(args.trace), Progress("cts", total=len(tests)) as progress:
         def step(r) -> None:
             if r.status == "failed":
                 failures.append(r)
-            progress.update(task, advance=1, description=f"{len(failures)} failed")
+            if r.status in tally:
+                tally[r.status] += 1
+            progress.update(1, f"{tally['failed']} failed, {tally['skipped']} skipped")
 
         results = run_vectors(tests, args.device, step)
     elapsed = time.perf_counter() - start
@@ -132,30 +357,29 @@ def random_inputs(infos, seed: int = 0) -> list:
     return arrays
 
 
-def load_inputs(path: str | None, infos) -> tuple[list, list[str]]:
-    """Inputs from an .npz (keys: input names or input_0, input_1, ...), random where absent.
-    Returns the arrays and, per input, where it came from."""
+def load_inputs(path: str | None, infos, names: list[str] | None = None) -> tuple[list, list[str], list[str]]:
+    """Inputs from an .npz (keys: input names or input_0, input_1, ...), random where absent. Returns the
+    values in input order (as stored: `nnapi.load`'s checks convert them), per input where it came from,
+    and the keys no input took. `infos` give the random data's shapes, `names` the input names."""
     import numpy as np
-    from .hal import NnError, ResultCode
     arrays = random_inputs(infos)
     sources = ["random"] * len(infos)
     if path is None:
-        return arrays, sources
+        return arrays, sources, []
+    names = names or [info.name for info in infos]
     try:
-        data = np.load(path)
-    except (OSError, ValueError) as e:
-        raise NnError(ResultCode.BAD_DATA, f"cannot read inputs from {path}: {e}") from None
-    for k, info in enumerate(infos):
-        key = info.name if info.name in data.files else f"input_{k}" if f"input_{k}" in data.files else None
-        if key is None:
-            continue
-        value = data[key]
-        if int(np.prod(value.shape)) != int(np.prod(info.shape)):
-            raise NnError(ResultCode.BAD_DATA, f"{path}: {key} has shape {list(value.shape)}, input {k} "
-                                               f"({info.name}) needs {list(info.shape)}")
-        arrays[k] = np.ascontiguousarray(value, dtype=info.dtype).reshape(info.shape)
-        sources[k] = f"{path}:{key}"
-    return arrays, sources
+        with np.load(path) as data:
+            stored = {key: data[key] for key in data.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise CommandError(f"--inputs {path}: cannot read it as an .npz file ({e})") from None
+    used = set()
+    for k, name in enumerate(names):
+        key = name if name in stored else f"input_{k}" if f"input_{k}" in stored else None
+        if key is not None:
+            arrays[k] = stored[key]
+            sources[k] = f"{path}:{key}"
+            used.add(key)
+    return arrays, sources, [key for key in stored if key not in used]
 
 
 def _partitions(compilation) -> list[dict]:
@@ -180,62 +404,132 @@ def _compile(imported, devices, cache_dir, priority=100, timeout=None, preferenc
     return compilation, time.perf_counter() - start
 
 
+def _real(array, info):
+    """An output's values as float64, dequantized with its scale and zero point."""
+    import numpy as np
+    real = np.asarray(array).reshape(-1).astype(np.float64)
+    return (real - info.zero_point) * info.scale if info.scale else real
+
+
 def _summary(array, info, top: int = 5) -> str:
     import numpy as np
-    flat = np.asarray(array).reshape(-1)
-    real = flat.astype(np.float64)
-    if info.scale:
-        real = (real - info.zero_point) * info.scale
+    real = _real(array, info)
+    if not real.size:
+        return f"{info.name} {np.asarray(array).dtype}{list(np.shape(array))}: empty"
     order = np.argsort(-real, kind="stable")[:top]
     tops = ", ".join(f"[{int(i)}] {real[i]:.4g}" for i in order)
     return (f"{info.name} {np.asarray(array).dtype}{list(np.shape(array))}: min {real.min():.4g} max {real.max():.4g} "
-            f"mean {real.mean():.4g}; top {min(top, flat.size)}: {tops}")
+            f"mean {real.mean():.4g}; top {min(top, real.size)}: {tops}")
+
+
+def _check_run(args: argparse.Namespace) -> None:
+    """`nnapi run` / `nnapi bench` arguments, before any work."""
+    _input_file(args.model, "model")
+    if _input_file(getattr(args, "inputs", None), "--inputs"):
+        import numpy as np
+        try:
+            with np.load(args.inputs) as data:
+                data.files
+        except (OSError, ValueError, EOFError) as e:
+            raise CommandError(f"--inputs {args.inputs}: cannot read it as an .npz file ({e})") from None
+    _output_file(getattr(args, "save_outputs", None), "--save-outputs")
+    _output_file(getattr(args, "trace", None), "--trace")
+    json_file = getattr(args, "json", None)
+    if isinstance(json_file, str):
+        _output_file(json_file, "--json")
+    _plot_file(getattr(args, "plot", None))
+    _cache_folder(args.cache_dir)
+    _device_names([args.device])
+
+
+def _import(path: str):
+    """The `.tflite` file as an ImportedModel (the importer traces it as the "import" slice)."""
+    from .importers import load_tflite
+    return load_tflite(path)
+
+
+@contextlib.contextmanager
+def _compiling(devices: list[str] | None) -> Iterator[None]:
+    """A spinner (terminal) or plain lines every few seconds while a compilation runs."""
+    with Progress(f"prepare ({', '.join(devices) if devices else 'all devices'})") as progress:
+        progress.update(note="compiling")
+        yield
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     import numpy as np
-    from .hal import NnError
-    from .importers import load_tflite
+
     from .runtime import devices as all_devices
-    try:
+    from .session import check_inputs, describe, load
+    report: dict[str, Any] = {"model": args.model}
+    say = (lambda *_: None) if args.json else print
+    with _tracing(args.trace):
         start = time.perf_counter()
-        imported = load_tflite(args.model)
+        imported = _import(args.model)
         import_s = time.perf_counter() - start
-        print(f"model {args.model}: {len(imported.inputs)} inputs, {len(imported.outputs)} outputs, "
-              f"{sum(imported.operators.values())} TFLite operators -> {sum(imported.operations.values())} NNAPI "
-              f"operations; weights: {imported.referenced_bytes} bytes referenced in the file, "
-              f"{imported.copied_bytes} bytes computed at import; import {import_s * 1000:.1f} ms")
-        inputs, sources = load_inputs(args.inputs, imported.inputs)
-        for info, source in zip(imported.inputs, sources):
-            print(f"  input  {info}  <- {source}")
+        say(f"model {args.model}: {len(imported.inputs)} inputs, {len(imported.outputs)} outputs, "
+            f"{sum(imported.operators.values())} TFLite operators -> {sum(imported.operations.values())} NNAPI "
+            f"operations; weights: {imported.referenced_bytes} bytes referenced in the file, "
+            f"{imported.copied_bytes} bytes computed at import; import {import_s * 1000:.1f} ms")
+        infos, out_infos = describe(imported)
+        feed, sources, unused = load_inputs(args.inputs, imported.inputs, [i.name for i in infos])
+        for key in unused:
+            print(f"nnapi run: warning: --inputs {args.inputs}: key {key!r} matches no input and is not used "
+                  f"(inputs: {', '.join(i.name for i in infos)}, or input_0, input_1, ...)", file=sys.stderr)
+        inputs, converted = check_inputs(infos, feed, cast=True)
+        for info, source in zip(infos, sources):
+            extra = f" (converted: {converted[info.name]})" if info.name in converted else ""
+            say(f"  input  {info}  <- {source}{extra}")
         start = time.perf_counter()
         found = all_devices()  # driver discovery happens once per process: not part of the prepare time
-        print(f"devices: {', '.join(d.name for d in found)} (discovered in {(time.perf_counter() - start) * 1000:.1f} ms)")
+        say(f"devices: {', '.join(d.name for d in found)} (discovered in {(time.perf_counter() - start) * 1000:.1f} ms)")
         devices = [args.device] if args.device else None
         timeout = args.timeout_ms / 1000 if args.timeout_ms else None
-        if args.cache_dir:
-            os.makedirs(args.cache_dir, exist_ok=True)
-        compilation, prepare_s = _compile(imported, devices, args.cache_dir, args.priority,
-                                          preference=args.preference)
-        print(f"prepare {prepare_s * 1000:.1f} ms")
-        for row in _partitions(compilation):
+        start = time.perf_counter()
+        with _compiling(devices):
+            compiled = load(imported, devices, cache_dir=args.cache_dir, priority=args.priority,
+                            preference=args.preference)
+        prepare_s = time.perf_counter() - start
+        say(f"prepare {prepare_s * 1000:.1f} ms")
+        partitions = _partitions(compiled.compilation)
+        for row in partitions:
             kinds = ", ".join(f"{k}x{n}" for k, n in row["kinds"].items())
             cache = f"cache {row['cache']}" + (f" ({row['reason']})" if row["reason"] else "")
-            print(f"  partition {row['partition']} on {row['device']}: {row['operations']} operations ({kinds}); "
-                  f"{cache}")
+            say(f"  partition {row['partition']} on {row['device']}: {row['operations']} operations ({kinds}); "
+                f"{cache}")
         start = time.perf_counter()
-        outputs = compilation.execute(inputs, timeout=timeout)
+        outputs = compiled.run(inputs, timeout=timeout)
         execute_s = time.perf_counter() - start
-        print(f"execute {execute_s * 1000:.1f} ms")
-        for info, value in zip(imported.outputs, outputs):
-            print(f"  output {_summary(value, info)}")
-        if args.save_outputs:
-            np.savez(args.save_outputs, **{f"output_{k}": v for k, v in enumerate(outputs)})
-            print(f"outputs saved to {args.save_outputs}")
-    except NnError as e:
-        print(f"nnapi run: {e.code.name}: {e.message}", file=sys.stderr)
-        return 1
+    say(f"execute {execute_s * 1000:.1f} ms")
+    for info, value in zip(out_infos, outputs.values()):
+        say(f"  output {_summary(value, info)}")
+    if args.save_outputs:
+        np.savez(args.save_outputs, **{f"output_{k}": v for k, v in enumerate(outputs.values())})
+        say(f"outputs saved to {args.save_outputs}")
+    if args.json:
+        report.update(
+            inputs=[{"name": i.name, "shape": list(a.shape), "dtype": str(a.dtype), "source": src,
+                     "converted": converted.get(i.name)} for i, a, src in zip(infos, inputs, sources)],
+            unused_input_keys=unused, devices=[d.name for d in found],
+            partitions=[{k: row[k] for k in ("device", "operations", "kinds", "cache", "reason")}
+                        for row in partitions],
+            import_ms=round(import_s * 1000, 3), prepare_ms=round(prepare_s * 1000, 3),
+            execute_ms=round(execute_s * 1000, 3), timeout_ms=args.timeout_ms or None,
+            outputs=[_output_report(value, info) for info, value in zip(out_infos, outputs.values())],
+            saved_outputs=args.save_outputs, trace=args.trace)
+        print(json.dumps(report))
     return 0
+
+
+def _output_report(array, info, top: int = 5) -> dict:
+    """An output as JSON: name, dtype, shape, min / max / mean and the top values (dequantized)."""
+    import numpy as np
+    real = _real(array, info)
+    order = np.argsort(-real, kind="stable")[:top]
+    return {"name": info.name, "dtype": str(np.asarray(array).dtype), "shape": list(np.shape(array)),
+            "min": float(real.min()) if real.size else None, "max": float(real.max()) if real.size else None,
+            "mean": float(real.mean()) if real.size else None,
+            "top": [[int(i), float(real[i])] for i in order]}
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -261,53 +555,115 @@ def warm_up_devices(names: list[str] | None = None) -> None:
         Compilation(m, devices=[device]).finish().execute([np.ones(2, np.float32)] * 2)
 
 
+def _stages(compilation) -> list[str | None]:
+    """Per partition, the stage of its executable ("quick", "optimized" on xla); None for drivers with
+    one stage only."""
+    return [getattr(step.prepared, "stage", None) for step in compilation.steps]
+
+
+def _wait_optimized(compilation, timeout_s: float = 600.0) -> float:
+    """Bring every partition that has a quick executable to its optimised one (xla: compile it now and
+    wait, as `NNAPI_XLA_OPTIMIZE_AFTER` executions would); returns the seconds waited."""
+    start = time.perf_counter()
+    for step in compilation.steps:
+        prepared = step.prepared
+        if getattr(prepared, "stage", None) != "quick":
+            continue
+        if hasattr(prepared, "optimize_now"):
+            prepared.optimize_now()
+        elif hasattr(prepared, "wait_optimized"):
+            prepared.wait_optimized(max(0.0, timeout_s - (time.perf_counter() - start)))
+        if getattr(prepared, "stage", None) != "optimized":
+            log.warning("partition on %s stays at its quick executable (%s)", step.device.name,
+                        getattr(prepared, "optimize_error", None) or "the optimised one did not arrive in time")
+    return time.perf_counter() - start
+
+
+def _stage_text(stages: list[str | None]) -> str:
+    staged = [s for s in stages if s is not None]
+    return "single" if not staged else staged[0] if len(set(staged)) == 1 else "mixed"
+
+
 def bench_model(path: str, device: str | None = None, cache_dir: str | None = None, runs: int = 50,
-                warmup: int = 5, priority=100, timeout_ms: float | None = None, preference: int = 1) -> dict:
-    """Import, prepare cold (empty cache) and cached, run first / warm-up / `runs` timed executions.
-    Returns the figures `nnapi bench` prints (times in seconds or milliseconds as named)."""
+                warmup: int = 5, priority=100, timeout_ms: float | None = None, preference: int = 1,
+                wait_optimized: bool = True, timeline: list[dict] | None = None,
+                progress: Callable[[int, str], None] | None = None) -> dict:
+    """Import, prepare cold (empty cache) and cached, run first / `warmup` / `runs` timed executions.
+    With `wait_optimized` the timed runs start once every partition runs its optimised executable (xla
+    compiles a quick one first). Returns the figures `nnapi bench` prints (times in seconds or
+    milliseconds as named); `timeline` receives every execution (phase, start, milliseconds, stage,
+    missed), `progress(advance, note)` hears of each step."""
     import shutil
     import tempfile
 
     from .hal import NnError, ResultCode
-    from .importers import load_tflite
     from .importers.tflite import _graph_class
     from .runtime import Execution
+    if runs < 1 or warmup < 0:
+        raise ValueError(f"bench_model: runs must be >= 1 and warmup >= 0, got {runs} and {warmup}")
+    tell = progress or (lambda advance, note: None)
+    timeline = timeline if timeline is not None else []
     # Driver discovery, module imports and a compiler's own start-up happen once per process: not
     # part of the figures.
+    tell(0, "starting the devices")
     warm_up_devices([device] if device else None)
     _graph_class()
     start = time.perf_counter()
-    imported = load_tflite(path)
+    imported = _import(path)
     import_s = time.perf_counter() - start
     inputs = random_inputs(imported.inputs)
     devices = [device] if device else None
     if cache_dir:
         os.makedirs(cache_dir, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="nnapi-bench-", dir=cache_dir)
-    try:
-        cold, cold_s = _compile(imported, devices, scratch, priority, preference=preference)
-        cached, cached_s = _compile(imported, devices, scratch, priority, preference=preference)
-        start = time.perf_counter()
-        Execution(cached).run(inputs)
-        first_ms = (time.perf_counter() - start) * 1000
-        for _ in range(warmup):
-            Execution(cached).run(inputs)
-        times = []
-        missed = {"transient": 0, "persistent": 0}
-        timeout = None if timeout_ms is None else timeout_ms / 1000
-        for _ in range(max(runs, 1)):
-            start = time.perf_counter()
-            try:
-                Execution(cached).run(inputs, timeout=timeout)
-            except NnError as e:
-                if e.code == ResultCode.MISSED_DEADLINE_TRANSIENT:
-                    missed["transient"] += 1
-                    continue
-                if e.code == ResultCode.MISSED_DEADLINE_PERSISTENT:
-                    missed["persistent"] += 1
-                    continue
+    timeout = None if not timeout_ms else timeout_ms / 1000
+    missed = {"transient": 0, "persistent": 0}
+    origin = time.perf_counter()
+
+    def execute(compilation, phase: str, deadline: float | None = None) -> float | None:
+        """One timed execution; None when it missed its deadline."""
+        begin = time.perf_counter()
+        stage = _stage_text(_stages(compilation))
+        try:
+            Execution(compilation).run(inputs, timeout=deadline)
+        except NnError as e:
+            if e.code not in (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.MISSED_DEADLINE_PERSISTENT):
                 raise
-            times.append((time.perf_counter() - start) * 1000)
+            missed["transient" if e.code == ResultCode.MISSED_DEADLINE_TRANSIENT else "persistent"] += 1
+            timeline.append({"phase": phase, "t_s": begin - origin, "ms": (time.perf_counter() - begin) * 1000,
+                             "stage": stage, "missed": True})
+            return None
+        ms = (time.perf_counter() - begin) * 1000
+        timeline.append({"phase": phase, "t_s": begin - origin, "ms": ms, "stage": stage, "missed": False})
+        return ms
+
+    try:
+        tell(0, "cold prepare")
+        cold, cold_s = _compile(imported, devices, scratch, priority, preference=preference)
+        tell(0, "cached prepare")
+        cached, cached_s = _compile(imported, devices, scratch, priority, preference=preference)
+        origin = time.perf_counter()
+        tell(0, "first execution")
+        first_ms = execute(cached, "first")
+        tell(1, "warm-up")
+        for _ in range(warmup):
+            execute(cached, "warm-up")
+            tell(1, "warm-up")
+        waited_s = 0.0
+        if wait_optimized and "quick" in _stages(cached):
+            tell(0, "waiting for the optimised executable")
+            begin = time.perf_counter()
+            waited_s = _wait_optimized(cached)
+            timeline.append({"phase": "optimizing", "t_s": begin - origin, "duration_s": waited_s})
+        timed_stages = _stages(cached)
+        tell(0, f"timed runs ({_stage_text(timed_stages)} executable)")
+        times = []
+        for _ in range(runs):
+            ms = execute(cached, "timed", timeout)
+            if ms is not None:
+                times.append(ms)
+            tell(1, f"timed runs ({_stage_text(timed_stages)} executable)")
+        stages_after = _stages(cached)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     partitions = _partitions(cached)
@@ -317,14 +673,19 @@ def bench_model(path: str, device: str | None = None, cache_dir: str | None = No
         "import_s": round(import_s, 6),
         "prepare_cold_s": round(cold_s, 6),
         "prepare_cached_s": round(cached_s, 6),
-        "first_execute_ms": round(first_ms, 4),
+        "first_execute_ms": None if first_ms is None else round(first_ms, 4),
         "execute_p50_ms": round(_percentile(times, 50), 4) if times else None,
         "execute_p90_ms": round(_percentile(times, 90), 4) if times else None,
         "runs": len(times),
+        "warmup": warmup,
+        "stage": _stage_text(timed_stages),
+        "stages": [{"device": row["device"], "stage": stage} for row, stage in zip(partitions, timed_stages)],
+        "stage_changed": stages_after != timed_stages,
+        "optimize_wait_s": round(waited_s, 4),
         "priority": priority,
         "preference": _preference_name(preference),
-        "timeout_ms": timeout_ms,
-        "deadline_miss_rate": round((missed["transient"] + missed["persistent"]) / max(runs, 1), 4),
+        "timeout_ms": timeout_ms or None,
+        "deadline_miss_rate": round((missed["transient"] + missed["persistent"]) / runs, 4),
         "missed_transient": missed["transient"],
         "missed_persistent": missed["persistent"],
         "cache": {"cold": [row["cache"] for row in _partitions(cold)], "cached": [row["cache"] for row in partitions]},
@@ -332,24 +693,97 @@ def bench_model(path: str, device: str | None = None, cache_dir: str | None = No
     }
 
 
+def plot_bench(result: dict, timeline: list[dict], path: str) -> None:
+    """A PNG (or SVG/PDF) of one `nnapi bench`: every execution's latency over time (phase by colour,
+    deadline misses as crosses), the histogram of the timed runs with p50/p90, and cold vs cached
+    preparation."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    fig, (ax_time, ax_hist, ax_prep) = plt.subplots(1, 3, figsize=(15, 4.6),
+                                                    gridspec_kw={"width_ratios": [2.2, 1.4, 1]})
+    colours = {"first": "tab:red", "warm-up": "tab:orange", "timed": "tab:blue"}
+    for phase, colour in colours.items():
+        runs = [e for e in timeline if e["phase"] == phase and not e["missed"]]
+        if runs:
+            ax_time.plot([e["t_s"] for e in runs], [e["ms"] for e in runs], "o", ms=3.5, color=colour,
+                         label=f"{phase} ({len(runs)})", alpha=0.8)
+    for e in timeline:
+        if e["phase"] == "optimizing":
+            ax_time.axvspan(e["t_s"], e["t_s"] + e["duration_s"], color="gold", alpha=0.25,
+                            label=f"waiting for the optimised executable ({e['duration_s']:.1f} s)")
+    misses = [e for e in timeline if e.get("missed")]
+    if misses:
+        ax_time.plot([e["t_s"] for e in misses], [e["ms"] for e in misses], "x", color="black", ms=6,
+                     label=f"deadline missed ({len(misses)})")
+    timed = [e for e in timeline if e["phase"] == "timed"]
+    if timed:
+        ax_time.axvline(timed[0]["t_s"], color="grey", ls=":", lw=1)
+        ax_time.annotate(f" timed runs: {result['stage']} executable", (timed[0]["t_s"], 0.02), rotation=90,
+                         xycoords=("data", "axes fraction"), fontsize=8, ha="right", va="bottom", color="dimgrey")
+    if result.get("timeout_ms"):
+        ax_time.axhline(result["timeout_ms"], color="black", ls="--", lw=1, label=f"timeout {result['timeout_ms']:g} ms")
+    ax_time.set_yscale("log")
+    from matplotlib.ticker import FuncFormatter
+    plain = FuncFormatter(lambda v, _: f"{v:g}")
+    ax_time.yaxis.set_major_formatter(plain)
+    ax_time.yaxis.set_minor_formatter(plain)
+    ax_time.tick_params(axis="y", which="minor", labelsize=7)
+    ax_time.set_xlabel("seconds since the first execution")
+    ax_time.set_ylabel("latency (ms, log scale)")
+    ax_time.set_title("every execution over time")
+    ax_time.legend(fontsize=8, loc="best")
+    ax_time.grid(True, which="both", alpha=0.3)
+    values = np.asarray([e["ms"] for e in timed if not e["missed"]])
+    if values.size:
+        ax_hist.hist(values, bins=min(40, max(5, values.size // 3)), color="tab:blue", alpha=0.8)
+        for q, style in ((50, "-"), (90, "--")):
+            v = float(np.percentile(values, q))
+            ax_hist.axvline(v, color="black", ls=style, lw=1, label=f"p{q} {v:.3g} ms")
+        ax_hist.legend(fontsize=8)
+    ax_hist.set_xlabel("latency (ms)")
+    ax_hist.set_ylabel("runs")
+    ax_hist.set_title(f"timed runs ({values.size} in time of {len(timed)})" if values.size < len(timed)
+                      else f"timed runs ({values.size})")
+    prep = [result["prepare_cold_s"] * 1000, result["prepare_cached_s"] * 1000]
+    bars = ax_prep.bar(["cold", "cached"], prep, color=["tab:red", "tab:green"])
+    for bar, value, outcome in zip(bars, prep, (result["cache"]["cold"], result["cache"]["cached"])):
+        ax_prep.annotate(f"{value:.1f} ms\n{', '.join(o or '-' for o in outcome)}", (bar.get_x() + bar.get_width() / 2,
+                         value), ha="center", va="bottom", fontsize=8)
+    ax_prep.set_ylabel("prepare (ms)")
+    ax_prep.set_ylim(0, max(prep) * 1.25 or 1)
+    ax_prep.set_title("preparation: cold vs cached")
+    p50 = result["execute_p50_ms"]
+    fig.suptitle(f"nnapi bench {result['model']} on {result['device']} ({result['preference']}, warm-up "
+                 f"{result['warmup']}, p50 {'-' if p50 is None else f'{p50:.3g}'} ms)", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .hal import NnError
-    try:
-        result = bench_model(args.model, args.device, args.cache_dir, args.runs, priority=args.priority,
-                             timeout_ms=args.timeout_ms, preference=args.preference)
-    except NnError as e:
-        print(f"nnapi bench: {e.code.name}: {e.message}", file=sys.stderr)
-        return 1
+    timeline: list[dict] = []
+    with _tracing(args.trace), Progress("bench", total=1 + args.warmup + args.runs) as progress:
+        result = bench_model(args.model, args.device, args.cache_dir, args.runs, warmup=args.warmup,
+                             priority=args.priority, timeout_ms=args.timeout_ms, preference=args.preference,
+                             wait_optimized=not args.no_wait_optimized, timeline=timeline,
+                             progress=lambda advance, note: progress.update(advance, note))
+    stages = ", ".join(f"{s['device']} {s['stage'] or 'single-stage'}" for s in result["stages"])
     table = Table(title=f"nnapi bench {result['model']} on {result['device']} ({result['runs']} runs)")
     table.add_column("figure")
     table.add_column("value", justify="right")
+    first = "deadline missed" if result["first_execute_ms"] is None else f"{result['first_execute_ms']:.3f} ms"
     rows = [("import (load)", f"{result['import_s'] * 1000:.2f} ms"),
             ("prepare, cold cache", f"{result['prepare_cold_s'] * 1000:.2f} ms ({', '.join(result['cache']['cold'])})"),
             ("prepare, cached", f"{result['prepare_cached_s'] * 1000:.2f} ms ({', '.join(result['cache']['cached'])})"),
-            ("first execute", f"{result['first_execute_ms']:.3f} ms"),
+            ("first execute", first),
+            ("warm-up runs", str(result["warmup"])),
+            ("executable timed", stages + (" (changed during the runs)" if result["stage_changed"] else "")
+             + (f"; waited {result['optimize_wait_s']:.2f} s for it" if result["optimize_wait_s"] else "")),
             ("execute p50", f"{result['execute_p50_ms']} ms"),
             ("execute p90", f"{result['execute_p90_ms']} ms"),
             ("deadline misses", f"{result['deadline_miss_rate']:.1%}" + (
@@ -357,6 +791,9 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     for name, value in rows:
         table.add_row(name, value)
     Console().print(table)
+    if args.plot:
+        plot_bench(result, timeline, args.plot)
+        print(f"plot written to {args.plot}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=1)
@@ -405,41 +842,118 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_common(parser: argparse.ArgumentParser, verbose_default: Any, debug_default: Any) -> None:
+    """-v / --verbose and --debug, before the command (`nnapi -v run ...`) or after it."""
+    parser.add_argument("-v", "--verbose", action="count", default=verbose_default,
+                        help="log what nnapi does on stderr (-vv: debug detail)")
+    parser.add_argument("--debug", action="store_true", default=debug_default,
+                        help="print the traceback of an error")
+
+
+def _check_cts(args: argparse.Namespace) -> None:
+    """`nnapi cts` arguments, before any work."""
+    for path in args.paths:
+        if not os.path.exists(path):
+            raise CommandError(f"{path}: no such file or folder")
+        if not os.access(path, os.R_OK):
+            raise CommandError(f"{path}: not readable")
+    _output_file(args.json, "--json")
+    _output_file(args.trace, "--trace")
+    if not getattr(args, "service", False):  # a served device is checked where the service starts
+        _device_names([args.device])
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    """Check the arguments, run the command; every error is one line on stderr (traceback: --debug)."""
+    import traceback
+
+    from .hal import NnError
+    prog = f"nnapi {args.command}"
+    debug = getattr(args, "debug", False)
+    try:
+        check = getattr(args, "check", None)
+        if check is not None:
+            check(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe (`nnapi devices --json | head`) shows here, not at exit
+        return code
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing more to write, nor at exit
+        return 141
+    except KeyboardInterrupt:
+        return 130
+    except CommandError as e:
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    except NnError as e:
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: {e.code.name}: {_error_text(e.message)}", file=sys.stderr)
+        return 1
+    except Exception as e:
+        if debug:
+            traceback.print_exc()
+        print(f"{prog}: {type(e).__name__}: {_error_text(str(e))}" + ("" if debug else " (--debug shows the traceback)"),
+              file=sys.stderr)
+        return 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nnapi", description="Android Neural Networks API stack in Python")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("devices", help="list devices and their capabilities")
+    from ._version import __version__
+    parser = _ArgumentParser(prog="nnapi", description="Android Neural Networks API stack in Python")
+    parser.add_argument("--version", action="version", version=f"nnapi {__version__} (Python {sys.version.split()[0]})")
+    _add_common(parser, 0, False)
+    common = _ArgumentParser(add_help=False)
+    _add_common(common, argparse.SUPPRESS, argparse.SUPPRESS)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
+    p = sub.add_parser("devices", help="list devices and their capabilities", parents=[common])
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_devices)
-    p = sub.add_parser("cts", help="run NNAPI conformance test vectors")
+    p = sub.add_parser("cts", help="run NNAPI conformance test vectors", parents=[common])
     p.add_argument("paths", nargs="+", help="vector files or folders (e.g. ../shared/cts)")
     p.add_argument("--device", help="run on this device only (default: all devices, partitioned)")
     p.add_argument("--json", help="write per-vector results to this file")
     p.add_argument("-k", help="only vectors whose name contains this text")
-    p.add_argument("--show-failures", type=int, default=50, help="failures to print (default 50)")
-    p.set_defaults(func=_cmd_cts)
-    p = sub.add_parser("run", help="import a .tflite model, compile and run it once")
+    p.add_argument("--show-failures", type=_non_negative_int, default=50, help="failures to print (default 50)")
+    p.add_argument("--trace", metavar="FILE.json", help="write a Chrome / Perfetto trace of the run to this file")
+    p.add_argument("--service", action="store_true", help="run --device's driver behind `nnapi serve` (started in a "
+                                                          "temporary NNAPI_SERVICE_DIR, stopped at the end)")
+    p.set_defaults(func=_cmd_cts, check=_check_cts)
+    p = sub.add_parser("run", help="import a .tflite model, compile and run it once", parents=[common])
     p.add_argument("model", help="a .tflite file")
     p.add_argument("--device", help="run on this device only (default: all devices, partitioned)")
     p.add_argument("--cache-dir", help="compilation cache directory (a second run hits the cache)")
     p.add_argument("--priority", type=_priority_arg, default=100, help="low, medium (default) or high")
-    p.add_argument("--timeout-ms", type=float, help="execution deadline in milliseconds")
+    p.add_argument("--timeout-ms", type=_milliseconds, help="execution deadline in milliseconds (0: no timeout, "
+                                                            "the default)")
     p.add_argument("--preference", type=_preference_arg, default=1, help=_PREFERENCE_HELP)
     p.add_argument("--inputs", help=".npz with the inputs (keys: input names or input_0, input_1, ...); "
                                     "random data where absent")
     p.add_argument("--save-outputs", help="write the outputs to this .npz (output_0, output_1, ...)")
-    p.set_defaults(func=_cmd_run)
-    p = sub.add_parser("bench", help="time a .tflite model: import, cold and cached prepare, executions")
+    p.add_argument("--json", action="store_true", help="print one JSON object (inputs, partitions, times, outputs)")
+    p.add_argument("--trace", metavar="FILE.json", help="write a Chrome / Perfetto trace of the run to this file")
+    p.set_defaults(func=_cmd_run, check=_check_run)
+    p = sub.add_parser("bench", help="time a .tflite model: import, cold and cached prepare, executions",
+                       parents=[common])
     p.add_argument("model", help="a .tflite file")
     p.add_argument("--device", help="run on this device only (default: all devices, partitioned)")
     p.add_argument("--cache-dir", help="where the cold / cached prepare writes its cache (a fresh subfolder)")
-    p.add_argument("--runs", type=int, default=50, help="timed executions after 5 warm-ups (default 50)")
+    p.add_argument("--runs", type=_positive_int, default=50, help="timed executions (default 50)")
+    p.add_argument("--warmup", type=_non_negative_int, default=5, help="untimed executions first (default 5)")
+    p.add_argument("--no-wait-optimized", action="store_true",
+                   help="time the executable as prepared (xla: the quick one) instead of waiting for the optimised one")
     p.add_argument("--priority", type=_priority_arg, default=100, help="low, medium (default) or high")
-    p.add_argument("--timeout-ms", type=float, help="deadline of each timed execution; misses are counted")
+    p.add_argument("--timeout-ms", type=_milliseconds, help="deadline of each timed execution in milliseconds; "
+                                                            "misses are counted (0: no timeout, the default)")
     p.add_argument("--preference", type=_preference_arg, default=1, help=_PREFERENCE_HELP)
     p.add_argument("--json", help="write the figures to this file")
-    p.set_defaults(func=_cmd_bench)
-    p = sub.add_parser("cache", help="list, verify or prune compilation caches")
+    p.add_argument("--plot", metavar="FILE.png", help="draw every run's latency over time, its histogram and cold vs "
+                                                     "cached preparation (needs matplotlib: nnapi[plot])")
+    p.add_argument("--trace", metavar="FILE.json", help="write a Chrome / Perfetto trace of the benchmark to this file")
+    p.set_defaults(func=_cmd_bench, check=_check_run)
+    p = sub.add_parser("cache", help="list, verify or prune compilation caches", parents=[common])
     p.add_argument("action", choices=("ls", "verify", "prune"))
     p.add_argument("dir", nargs="?", help="an app cache directory or a caching-engine directory")
     p.add_argument("--engine", metavar="DRIVER", help="the caching engine of this driver")
@@ -447,11 +961,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dry-run", action="store_true", help="prune: say what would go, remove nothing")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_cache)
+    from .conformance.vts.cli import add_parser as add_vts_parser
+    add_vts_parser(sub)
+    from .service.cli import add_parser as add_serve_parser
+    add_serve_parser(sub)
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except KeyboardInterrupt:
-        return 130
+    with _logging(getattr(args, "verbose", 0)):
+        return _dispatch(args)
 
 
 if __name__ == "__main__":

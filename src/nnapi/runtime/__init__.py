@@ -1,4 +1,5 @@
 """The app-facing runtime: model building, compilation (partitioning, caching), execution, memory."""
+from .burst import Burst
 from .cache_files import CacheOutcome
 from .compilation import Compilation
 from .devices import Device, devices, find_device, register_device
@@ -15,5 +16,5 @@ def model_token(model: Model) -> bytes:
     return hashlib.sha256(b"nnapi-model-token" + content_fingerprint(model.to_hal())).digest()
 
 
-__all__ = ["CacheOutcome", "Compilation", "Device", "devices", "find_device", "register_device", "Event",
+__all__ = ["Burst", "CacheOutcome", "Compilation", "Device", "devices", "find_device", "register_device", "Event",
            "Execution", "Memory", "MemoryDesc", "Model", "model_token"]

@@ -212,3 +212,9 @@ class Compilation:
         """Run once on numpy inputs and return the outputs (sized from the model, grown if needed)."""
         from .execution import Execution
         return Execution(self).run(inputs, timeout=timeout)
+
+    def create_burst(self) -> "Burst":
+        """A burst for consecutive executions of this compilation (ANeuralNetworksBurst_create): run them
+        with `Execution.burst_compute(burst)` or `burst.compute(execution)`."""
+        from .burst import Burst
+        return Burst(self)

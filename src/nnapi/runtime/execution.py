@@ -107,6 +107,38 @@ class Event:
         if self._error is not None:
             raise self._error
 
+    # --- sync fences (fenced execution) -----------------------------------------------------------------
+    def get_sync_fence_fd(self) -> int:
+        """A sync fence (an eventfd, readable once signalled) signalled when the execution ends, for
+        `Execution.start_compute_with_dependencies` and drivers (ANeuralNetworksEvent_getSyncFenceFd).
+        The event owns it: dup it to keep it longer than the event."""
+        with _FENCE_LOCK:
+            fd = getattr(self, "_fence_fd", None)
+            if fd is None:
+                fd = self._fence_fd = _os.eventfd(0, _os.EFD_CLOEXEC)
+                threading.Thread(target=_signal_when_done, args=(self,), daemon=True,
+                                 name="nnapi-event-fence").start()
+        return fd
+
+    @staticmethod
+    def create_from_sync_fence_fd(fd: int) -> "Event":
+        """An event that completes when sync fence `fd` is signalled (ANeuralNetworksEvent_createFromSyncFenceFd);
+        the fd is duplicated."""
+        if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
+            raise NnError(ResultCode.BAD_DATA, f"Event.create_from_sync_fence_fd: invalid fd {fd!r}")
+        try:
+            return _SyncFenceEvent(_os.dup(fd))
+        except OSError as e:
+            raise NnError(ResultCode.BAD_DATA, f"Event.create_from_sync_fence_fd: fd {fd}: {e.strerror}") from None
+
+    def __del__(self) -> None:
+        fd = getattr(self, "_fence_fd", None)
+        if fd is not None:
+            try:
+                _os.close(fd)
+            except OSError:
+                pass
+
 
 class Execution:
     """One run of a compilation. Arguments are set once; an execution runs once."""
@@ -488,6 +520,79 @@ class Execution:
             return result
         raise NnError(ErrorStatus.GENERAL_FAILURE, "Execution.run: output sizes kept growing")
 
+    # --- burst and fenced execution -------------------------------------------------------------------
+    def burst_compute(self, burst, timeout: float | None = None) -> None:
+        """Run synchronously through `burst` (a `Burst` of this execution's compilation,
+        ANeuralNetworksExecution_burstCompute): its driver bursts keep this execution's shared memory
+        under memory identifier tokens. BAD_STATE while another execution uses the burst."""
+        from .burst import Burst
+        if not isinstance(burst, Burst):
+            raise NnError(ResultCode.BAD_DATA, f"Execution.burst_compute: expected a Burst, got {type(burst).__name__}")
+        if burst.compilation is not self.compilation:
+            raise NnError(ResultCode.BAD_DATA, "Execution.burst_compute: the burst belongs to another compilation")
+        if timeout is not None:
+            self.set_timeout(timeout)
+        self._check_settable("burst_compute")
+        burst.acquire()
+        try:
+            self._start("burst_compute")
+            self._finish(self._run_through(burst.executor))
+        finally:
+            burst.release()
+        if self._result is not None:
+            raise self._result
+
+    def start_compute_with_dependencies(self, dependencies: Sequence[Event], timeout: float | None = None) -> Event:
+        """Start once every event in `dependencies` is signalled (ANeuralNetworksExecution_startComputeWithDependencies).
+
+        Their sync fences go to the driver (`IPreparedModel.execute_fenced`; across a process boundary as
+        descriptors), which waits on them and runs; `timeout` (seconds; None or 0: none) bounds the run after
+        they are signalled. A dependency that failed fails this execution (OP_FAILED). Returns an Event with
+        a sync fence of its own, so executions chain."""
+        if not isinstance(dependencies, (list, tuple)) or not all(isinstance(d, Event) for d in dependencies):
+            raise NnError(ResultCode.BAD_DATA, "Execution.start_compute_with_dependencies: dependencies must be a "
+                                               "list of Event")
+        after_ns = timeout_ns(timeout, "Execution.start_compute_with_dependencies")
+        fences = [d.get_sync_fence_fd() for d in dependencies]
+        self._start("start_compute_with_dependencies")
+        event = Event()
+
+        def work() -> None:
+            error = self._run_fenced(fences, after_ns)
+            failed = next((k for k, d in enumerate(dependencies) if d.is_done() and d._error is not None), None)
+            if failed is not None:
+                error = NnError(ResultCode.OP_FAILED, f"dependency {failed} failed: {dependencies[failed]._error}")
+            self._finish(error)
+            event._finish(self._result)
+
+        threading.Thread(target=work, daemon=True, name="nnapi-fenced-execution").start()
+        return event
+
+    def _run_fenced(self, fences: list[int], after_ns: int | None) -> NnError | None:
+        """The first step runs fenced on its driver when its outputs are fully specified (what fenced
+        execution needs); otherwise the runtime waits on the fences itself, then runs the plan."""
+        first = self.compilation.steps[0]
+        main = first.model.main
+        if all(main.operands[o].is_fully_specified for o in main.output_indexes):
+            return self._run_through(lambda k, step: _FencedStep(step.prepared, fences, after_ns) if k == 0
+                                     else step.prepared)
+        try:
+            _wait_fences(fences, deadline_after(self._timeout_ns))
+        except NnError as e:
+            return e
+        return self._guarded_run()
+
+    def _run_through(self, executor) -> NnError | None:
+        """Run the plan with step k's executions going through `executor(k, step)` (a burst, a fenced step)
+        instead of its prepared model."""
+        compilation = self.compilation
+        steps = [_dataclasses.replace(step, prepared=executor(k, step)) for k, step in enumerate(compilation.steps)]
+        self.compilation = _PlanView(compilation, steps)
+        try:
+            return self._guarded_run()
+        finally:
+            self.compilation = compilation
+
 
 def _output_buffer(k: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """A zeroed buffer for output `k` of `shape`: RESOURCE_EXHAUSTED_PERSISTENT before allocating a tensor
@@ -503,3 +608,85 @@ def _output_buffer(k: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
     except MemoryError:
         raise NnError(ErrorStatus.GENERAL_FAILURE, f"output {k} of shape {list(shape)}: cannot allocate "
                                                    f"{nbytes} bytes") from None
+
+
+# --- burst and fenced execution helpers ---------------------------------------------------------------
+import dataclasses as _dataclasses  # noqa: E402  (kept with the code that uses them)
+import os as _os  # noqa: E402
+import select as _select  # noqa: E402
+import time as _time  # noqa: E402
+
+_FENCE_LOCK = threading.Lock()
+
+
+def _signal_when_done(event: Event) -> None:
+    event._done.wait()
+    _os.eventfd_write(event._fence_fd, 1)
+
+
+class _SyncFenceEvent(Event):
+    """An event that is a sync fence (from `Event.create_from_sync_fence_fd`)."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fence_fd = fd
+
+    def get_sync_fence_fd(self) -> int:
+        return self._fence_fd
+
+    def is_done(self) -> bool:
+        return self._done.is_set() or _fence_signalled(self._fence_fd, 0)
+
+    def wait(self, timeout: float | None = None) -> None:
+        if not self._done.is_set():
+            if not _fence_signalled(self._fence_fd, None if timeout is None else int(timeout * 1000)):
+                raise TimeoutError("sync fence not signalled yet")
+            self._done.set()
+
+
+def _fence_signalled(fd: int, timeout_ms: int | None) -> bool:
+    poller = _select.poll()
+    poller.register(fd, _select.POLLIN)
+    return bool(poller.poll(timeout_ms))
+
+
+def _wait_fences(fences: Sequence[int], deadline: int | None) -> None:
+    """Wait until every sync fence is signalled; MISSED_DEADLINE_TRANSIENT when the deadline passes first."""
+    for fd in fences:
+        left = None if deadline is None else max(0, (deadline - _time.monotonic_ns()) // 1_000_000)
+        if not _fence_signalled(fd, left):
+            raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the deadline passed while waiting for dependencies")
+
+
+class _PlanView:
+    """A compilation seen by one execution whose steps run through other executors (burst, fenced)."""
+
+    def __init__(self, compilation: Compilation, steps: list[Step]) -> None:
+        self._compilation = compilation
+        self.steps = steps
+
+    def __getattr__(self, name: str):
+        return getattr(self._compilation, name)
+
+
+class _FencedStep:
+    """Stands for a step's prepared model: runs it with `execute_fenced` after the sync fences."""
+
+    def __init__(self, prepared: hal.IPreparedModel, fences: list[int], after_ns: int | None) -> None:
+        self._prepared = prepared
+        self._fences = fences
+        self._after_ns = after_ns
+
+    def execute_synchronously(self, request: Request, measure: MeasureTiming, deadline: int | None,
+                              loop_timeout_ns: int | None) -> tuple[list[OutputShape], Timing]:
+        fence, callback = self._prepared.execute_fenced(request, self._fences, measure, deadline, loop_timeout_ns,
+                                                        self._after_ns)
+        if fence is not None and fence >= 0:
+            try:
+                _fence_signalled(fence, None)
+            finally:
+                _os.close(fence)
+        status, launched, _ = callback.get_execution_info()
+        if status != ErrorStatus.NONE:
+            raise NnError(status, "fenced execution failed")
+        return [], launched

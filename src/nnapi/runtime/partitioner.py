@@ -60,6 +60,8 @@ def supported_by(devices: list[Device], model: hal.Model) -> dict[str, list[bool
         except NnError as e:
             if e.status == hal.ErrorStatus.INVALID_ARGUMENT:
                 raise NnError(ResultCode.BAD_DATA, f"device {d.name} rejected the model: {e.message}") from None
+            if e.status == hal.ErrorStatus.DEVICE_UNAVAILABLE:  # a dead service: the compilation decides
+                raise NnError(ResultCode.UNAVAILABLE_DEVICE, f"device {d.name}: {e.message}") from None
             answers[d.name] = [False] * n
         except Exception:
             answers[d.name] = [False] * n

@@ -1,0 +1,15 @@
+"""The driver service: any installed driver behind a real process boundary.
+
+- `nnapi serve --driver NAME` (`cli`) hosts a driver in its own process on a Unix socket (`server`);
+- apps find services in `NNAPI_SERVICE_DIR` (`discovery`; the runtime's `devices()` does it) and
+  reach them through client proxies of the HAL interfaces (`client`);
+- the wire (`wire`, `codec`): length-prefixed frames, msgpack messages, descriptors by SCM_RIGHTS,
+  a version handshake; the caller's identity comes from SO_PEERCRED (`peer`).
+"""
+from .client import Connection, ServiceBuffer, ServiceBurst, ServiceDevice, ServicePreparedModel, connect
+from .codec import PROTOCOL_VERSION
+from .discovery import ENV, default_socket, service_dir, sockets
+from .peer import Credentials, peer_credentials
+
+__all__ = ["Connection", "Credentials", "ENV", "PROTOCOL_VERSION", "ServiceBuffer", "ServiceBurst", "ServiceDevice",
+           "ServicePreparedModel", "connect", "default_socket", "peer_credentials", "service_dir", "sockets"]

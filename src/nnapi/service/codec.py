@@ -1,0 +1,416 @@
+"""Messages of the service protocol and the HAL's plain data in them (msgpack, never pickle).
+
+A message is one msgpack array:
+
+    [CALL,  request id, method, target object id, args]      client -> service
+    [REPLY, request id, result]                              service -> client
+    [ERROR, request id, status, message, output shapes|nil]  service -> client
+    [EVENT, request id, payload]                             service -> client (asynchronous completions)
+
+A file descriptor inside a message is the extension type EXT_FD holding its index (u32) among the
+frame's descriptors; each of them is referred to exactly once. EXT_BAD_FD stands for a descriptor
+the sender did not have open (a negative or closed one): the receiver sees -1, so the driver
+reports the bad handle itself. Requests carry pools as [handle|nil, token|nil], handles as
+[kind, [fds], [ints], size]; a model is its `hal.serialize` bytes without pools (inline, or in a
+sealed memfd when large) plus its pools. Decoding checks every type and bound and raises only
+`NnError(INVALID_ARGUMENT)` naming the field at fault.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import mmap
+import numbers
+import os
+import struct
+from typing import Any, Sequence
+
+import msgpack
+
+from ..hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, DataLocation, DeviceInfo, DeviceType,
+                   ErrorStatus, MemoryHandle, MemoryPool, Model, NnError, OperandPerformance, OperandType,
+                   OutputShape, PerformanceInfo, Request, RequestArgument, Timing, invalid)
+from ..hal.serialize import model_from_bytes, model_to_bytes
+from .wire import close_fds
+
+#: The protocol version both sides must speak (the first call of a connection is `hello`).
+PROTOCOL_VERSION = 1
+CALL, REPLY, ERROR, EVENT = 0, 1, 2, 3
+EXT_FD, EXT_BAD_FD = 1, 2
+_U32 = struct.Struct("<I")
+#: Serialized models larger than this travel in a sealed memfd rather than in the frame.
+INLINE_MODEL_BYTES = 64 << 10
+#: Bounds on decoded collections (far above anything valid; they only cap memory).
+MAX_ITEMS = 1 << 16
+MAX_RANK = 1 << 10
+MAX_MODEL_BYTES = 1 << 34
+_U64_MAX = 2**64 - 1
+_I64_MIN = -2**63
+
+
+class FdRef:
+    """A descriptor in a decoded message: its index among the frame's descriptors (-1: a bad one)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"FdRef({self.index})"
+
+
+BAD_FD = FdRef(-1)
+
+
+def _plain(value: Any) -> Any:
+    """numpy integers as Python ints (msgpack knows only the latter); anything else unchanged."""
+    if type(value) is int or value is None:
+        return value
+    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
+        return int(value)
+    return value
+
+
+def _fd_open(fd: Any) -> bool:
+    if isinstance(fd, bool) or not isinstance(fd, numbers.Integral) or fd < 0:
+        return False
+    try:
+        fcntl.fcntl(int(fd), fcntl.F_GETFD)
+        return True
+    except OSError:
+        return False
+
+
+# --- encoding -------------------------------------------------------------------------------------
+class Encoder:
+    """Builds one outgoing message: the descriptors it refers to, in order, and descriptors it
+    created itself (closed by `close` once the frame is sent)."""
+
+    def __init__(self) -> None:
+        self.fds: list[int] = []
+        self.owned: list[int] = []
+
+    def fd(self, fd: Any) -> msgpack.ExtType:
+        if not _fd_open(fd):
+            return msgpack.ExtType(EXT_BAD_FD, b"")
+        self.fds.append(int(fd))
+        return msgpack.ExtType(EXT_FD, _U32.pack(len(self.fds) - 1))
+
+    def close(self) -> None:
+        owned, self.owned = self.owned, []
+        close_fds(owned)
+
+    # --- HAL values ----------------------------------------------------------------------------
+    def handle(self, h: MemoryHandle) -> list:
+        return [h.name, [self.fd(fd) for fd in h.fds], [_plain(i) for i in h.ints], _plain(h.size)]
+
+    def pool(self, p: MemoryPool) -> list:
+        if p.pointer is not None:
+            raise invalid("a pointer pool cannot cross a process boundary (stage it in shared memory)")
+        return [None if p.handle is None else self.handle(p.handle), _plain(p.token)]
+
+    def request(self, r: Request) -> list:
+        return [[self.argument(a) for a in r.inputs], [self.argument(a) for a in r.outputs],
+                [self.pool(p) for p in r.pools]]
+
+    @staticmethod
+    def argument(a: RequestArgument) -> list:
+        loc = a.location
+        return [a.has_no_value, _plain(loc.pool_index), _plain(loc.offset), _plain(loc.length),
+                [d if type(d) is int else _plain(d) for d in a.dimensions]]
+
+    def model(self, m: Model) -> list:
+        blob = model_to_bytes(dataclasses.replace(m, pools=[]))
+        pools = [self.pool(p) for p in m.pools]
+        if len(blob) <= INLINE_MODEL_BYTES:
+            return [blob, len(blob), pools]
+        fd = os.memfd_create("nnapi-model", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        self.owned.append(fd)
+        view = memoryview(blob)
+        while view:
+            view = view[os.write(fd, view):]
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                    | fcntl.F_SEAL_SEAL)
+        return [self.fd(fd), len(blob), pools]
+
+    def cache(self, c: CacheHandles | None) -> list | None:
+        if c is None:
+            return None
+        return [[self.fd(fd) for fd in c.model_cache], [self.fd(fd) for fd in c.data_cache]]
+
+
+def encode_shapes(shapes: Sequence[OutputShape] | None) -> list | None:
+    if shapes is None:
+        return None
+    return [[[int(d) for d in s.dimensions], bool(s.is_sufficient)] for s in shapes]
+
+
+def encode_timing(t: Timing) -> list:
+    return [int(t.time_on_device), int(t.time_in_driver)]
+
+
+def _perf(p: PerformanceInfo) -> list:
+    return [float(p.exec_time), float(p.power_usage)]
+
+
+def encode_capabilities(c: Capabilities) -> list:
+    return [_perf(c.relaxed_float32_to_float16_performance_scalar),
+            _perf(c.relaxed_float32_to_float16_performance_tensor),
+            [[int(o.type), *_perf(o.info)] for o in c.operand_performance],
+            _perf(c.if_performance), _perf(c.while_performance)]
+
+
+def encode_info(info: DeviceInfo) -> list:
+    return [info.name, info.version, int(info.type), int(info.feature_level)]
+
+
+def pack(message: list) -> bytes:
+    """The msgpack body of a message; NnError(INVALID_ARGUMENT) when a value cannot be sent."""
+    try:
+        return msgpack.packb(message, use_bin_type=True)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise invalid(f"cannot send the call's arguments: {e}") from None
+
+
+# --- decoding -------------------------------------------------------------------------------------
+def unpack(body: bytes, n_fds: int) -> Any:
+    """Decode a message body; every descriptor of the frame must be referred to exactly once.
+    NnError(INVALID_ARGUMENT) for anything malformed."""
+    refs: list[int] = []
+
+    def ext_hook(code: int, data: bytes) -> FdRef:
+        if code == EXT_FD and len(data) == _U32.size:
+            (index,) = _U32.unpack(data)
+            refs.append(index)
+            return FdRef(index)
+        if code == EXT_BAD_FD and not data:
+            return BAD_FD
+        raise ValueError(f"unknown extension type {code} ({len(data)} bytes)")
+
+    try:
+        message = msgpack.unpackb(body, ext_hook=ext_hook, raw=False, strict_map_key=True, use_list=True)
+    except Exception as e:  # msgpack raises many kinds (ExtraData, FormatError, ValueError, ...)
+        raise invalid(f"malformed message: {type(e).__name__}: {e}") from None
+    if sorted(refs) != list(range(n_fds)):
+        raise invalid(f"the frame carries {n_fds} descriptors but the message refers to {len(refs)} "
+                      f"(indexes {sorted(refs)[:8]})")
+    return message
+
+
+def check_int(v: Any, what: str, lo: int = _I64_MIN, hi: int = _U64_MAX) -> int:
+    if type(v) is not int:
+        raise invalid(f"{what}: expected an integer, got {type(v).__name__}")
+    if not lo <= v <= hi:
+        raise invalid(f"{what}: {v} is out of range [{lo}, {hi}]")
+    return v
+
+
+def check_opt_int(v: Any, what: str, lo: int = _I64_MIN, hi: int = _U64_MAX) -> int | None:
+    return None if v is None else check_int(v, what, lo, hi)
+
+
+def check_list(v: Any, what: str, max_len: int = MAX_ITEMS, length: int | None = None) -> list:
+    if type(v) is not list:
+        raise invalid(f"{what}: expected a list, got {type(v).__name__}")
+    if length is not None and len(v) != length:
+        raise invalid(f"{what}: expected {length} items, got {len(v)}")
+    if len(v) > max_len:
+        raise invalid(f"{what}: {len(v)} items (at most {max_len})")
+    return v
+
+
+def check_str(v: Any, what: str) -> str:
+    if type(v) is not str:
+        raise invalid(f"{what}: expected a string, got {type(v).__name__}")
+    return v
+
+
+def check_bool(v: Any, what: str) -> bool:
+    if type(v) is not bool:
+        raise invalid(f"{what}: expected a boolean, got {type(v).__name__}")
+    return v
+
+
+def check_float(v: Any, what: str) -> float:
+    if type(v) not in (float, int):
+        raise invalid(f"{what}: expected a number, got {type(v).__name__}")
+    return float(v)
+
+
+def check_bytes(v: Any, what: str) -> bytes:
+    if type(v) is not bytes:
+        raise invalid(f"{what}: expected bytes, got {type(v).__name__}")
+    return v
+
+
+class Decoder:
+    """Builds HAL values from one incoming message, handing out the frame's descriptors. Descriptors
+    not `adopt`ed by the end of the call are closed by `close`."""
+
+    def __init__(self, fds: Sequence[int]) -> None:
+        self.fds = list(fds)
+        self._adopted: set[int] = set()
+
+    def fd(self, v: Any, what: str) -> int:
+        if not isinstance(v, FdRef):
+            raise invalid(f"{what}: expected a file descriptor, got {type(v).__name__}")
+        return -1 if v.index < 0 else self.fds[v.index]
+
+    def adopt(self, fd: int) -> int:
+        """Keep `fd` open past the call (the caller now closes it)."""
+        if fd >= 0:
+            self._adopted.add(fd)
+        return fd
+
+    def adopt_all(self) -> list[int]:
+        """Keep every descriptor of the frame; returns them (for the caller to close)."""
+        self._adopted.update(self.fds)
+        return list(self.fds)
+
+    def close(self) -> None:
+        close_fds([fd for fd in self.fds if fd not in self._adopted])
+        self.fds = []
+
+    # --- HAL values ----------------------------------------------------------------------------
+    def handle(self, v: Any, what: str) -> MemoryHandle:
+        name, fds, ints, size = check_list(v, what, length=4)
+        fds = check_list(fds, f"{what} fds", 64)
+        ints = check_list(ints, f"{what} ints", 64)
+        return MemoryHandle(check_str(name, f"{what} kind"), tuple(self.fd(fd, f"{what} fd") for fd in fds),
+                            tuple(check_int(i, f"{what} int") for i in ints), check_int(size, f"{what} size"))
+
+    def pool(self, v: Any, what: str) -> MemoryPool:
+        handle, token = check_list(v, what, length=2)
+        return MemoryPool(handle=None if handle is None else self.handle(handle, f"{what} handle"),
+                          token=check_opt_int(token, f"{what} token"))
+
+    def argument(self, v: Any, what: str) -> RequestArgument:
+        no_value, pool, offset, length, dims = check_list(v, what, length=5)
+        dims = check_list(dims, f"{what} dimensions", MAX_RANK)
+        return RequestArgument(check_bool(no_value, f"{what} has_no_value"),
+                               DataLocation(check_int(pool, f"{what} pool index"), check_int(offset, f"{what} offset"),
+                                            check_int(length, f"{what} length")),
+                               tuple(check_int(d, f"{what} dimension") for d in dims))
+
+    def request(self, v: Any, what: str = "request") -> Request:
+        inputs, outputs, pools = check_list(v, what, length=3)
+        return Request([self.argument(a, f"{what} input {k}") for k, a in enumerate(check_list(inputs, f"{what} inputs"))],
+                       [self.argument(a, f"{what} output {k}")
+                        for k, a in enumerate(check_list(outputs, f"{what} outputs"))],
+                       [self.pool(p, f"{what} pool {k}") for k, p in enumerate(check_list(pools, f"{what} pools"))])
+
+    def model(self, v: Any, what: str = "model") -> Model:
+        blob, length, pools = check_list(v, what, length=3)
+        length = check_int(length, f"{what} length", 0, MAX_MODEL_BYTES)
+        if isinstance(blob, FdRef):
+            blob = _read_memfd(self.fd(blob, f"{what} memfd"), length, what)
+        else:
+            blob = check_bytes(blob, f"{what} bytes")
+            if len(blob) != length:
+                raise invalid(f"{what}: {len(blob)} bytes, the message says {length}")
+        model = model_from_bytes(blob)
+        model.pools = [self.pool(p, f"{what} pool {k}") for k, p in enumerate(check_list(pools, f"{what} pools"))]
+        return model
+
+    def cache(self, v: Any, what: str = "cache") -> CacheHandles | None:
+        if v is None:
+            return None
+        model, data = check_list(v, what, length=2)
+        return CacheHandles(tuple(self.fd(fd, f"{what} model file") for fd in check_list(model, f"{what} model", 64)),
+                            tuple(self.fd(fd, f"{what} data file") for fd in check_list(data, f"{what} data", 64)))
+
+
+def _read_memfd(fd: int, length: int, what: str) -> bytes:
+    if fd < 0:
+        raise invalid(f"{what}: the serialized model's memfd is not a valid descriptor")
+    try:
+        size = os.fstat(fd).st_size
+        if size < length:
+            raise invalid(f"{what}: the memfd holds {size} bytes, the message says {length}")
+        if length == 0:
+            return b""
+        with mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ) as m:
+            return m[:length]
+    except OSError as e:
+        raise invalid(f"{what}: cannot read the serialized model: {e}") from None
+
+
+def decode_shapes(v: Any, what: str = "output shapes") -> list[OutputShape] | None:
+    if v is None:
+        return None
+    shapes = []
+    for k, s in enumerate(check_list(v, what)):
+        dims, ok = check_list(s, f"{what} {k}", length=2)
+        shapes.append(OutputShape(tuple(check_int(d, f"{what} {k} dimension", 0)
+                                        for d in check_list(dims, f"{what} {k}", MAX_RANK)),
+                                  check_bool(ok, f"{what} {k} is_sufficient")))
+    return shapes
+
+
+def decode_timing(v: Any, what: str = "timing") -> Timing:
+    on_device, in_driver = check_list(v, what, length=2)
+    return Timing(check_int(on_device, f"{what} on device", 0), check_int(in_driver, f"{what} in driver", 0))
+
+
+def _decode_perf(v: Any, what: str) -> PerformanceInfo:
+    exec_time, power = check_list(v, what, length=2)
+    return PerformanceInfo(check_float(exec_time, what), check_float(power, what))
+
+
+def decode_capabilities(v: Any) -> Capabilities:
+    scalar, tensor, operands, if_perf, while_perf = check_list(v, "capabilities", length=5)
+    entries = []
+    for k, entry in enumerate(check_list(operands, "capabilities operand performance")):
+        code, exec_time, power = check_list(entry, f"operand performance {k}", length=3)
+        try:
+            operand_type = OperandType(check_int(code, f"operand performance {k} type"))
+        except ValueError:
+            raise invalid(f"operand performance {k}: unknown operand type {code}") from None
+        entries.append(OperandPerformance(operand_type, PerformanceInfo(check_float(exec_time, "exec_time"),
+                                                                         check_float(power, "power_usage"))))
+    return Capabilities(_decode_perf(scalar, "relaxed scalar performance"),
+                        _decode_perf(tensor, "relaxed tensor performance"), tuple(entries),
+                        _decode_perf(if_perf, "if performance"), _decode_perf(while_perf, "while performance"))
+
+
+def decode_info(v: Any) -> DeviceInfo:
+    name, version, kind, level = check_list(v, "device info", length=4)
+    try:
+        device_type = DeviceType(check_int(kind, "device type"))
+    except ValueError:
+        raise invalid(f"device info: unknown device type {kind}") from None
+    return DeviceInfo(check_str(name, "device name"), check_str(version, "device version"), device_type,
+                      check_int(level, "feature level"))
+
+
+def encode_desc(desc: BufferDesc) -> list:
+    return [[_plain(d) for d in desc.dimensions]]
+
+
+def decode_desc(v: Any) -> BufferDesc:
+    (dims,) = check_list(v, "buffer desc", length=1)
+    return BufferDesc(tuple(check_int(d, "buffer desc dimension") for d in check_list(dims, "buffer desc", MAX_RANK)))
+
+
+def encode_role(role: BufferRole) -> list:
+    return [_plain(role.model_index), _plain(role.io_index), _plain(role.frequency)]
+
+
+def decode_role(v: Any, what: str) -> BufferRole:
+    model_index, io_index, frequency = check_list(v, what, length=3)
+    return BufferRole(check_int(model_index, f"{what} model index"), check_int(io_index, f"{what} io index"),
+                      check_float(frequency, f"{what} frequency"))
+
+
+def error_message(rid: int, error: NnError) -> list:
+    return [ERROR, rid, int(error.status), error.message, encode_shapes(error.output_shapes)]
+
+
+def decode_error(status: Any, message: Any, shapes: Any) -> NnError:
+    try:
+        status = ErrorStatus(check_int(status, "error status"))
+    except ValueError:
+        status = ErrorStatus.GENERAL_FAILURE
+    return NnError(status, message if isinstance(message, str) else repr(message),
+                   output_shapes=decode_shapes(shapes))

@@ -1,0 +1,167 @@
+"""Framing of the service protocol: length-prefixed frames over a Unix stream socket, with file
+descriptors passed alongside (SCM_RIGHTS).
+
+A frame is a 16-byte header, then the body (one msgpack message, see `codec`):
+
+    magic b"NNSV" | u16 flags (0) | u16 descriptor count | u64 body length     (little-endian)
+
+The descriptors of a frame travel in the ancillary data of the `sendmsg` that carries the frame's
+first byte, so the kernel hands them over no later than that byte. The reader keeps arrived
+descriptors in order and gives each completed frame the number its header declares. Anything that
+breaks these rules (bad magic, a body longer than `MAX_BODY`, more than `MAX_FDS` descriptors,
+descriptors missing when their frame completes, descriptors with no frame to carry them) is a
+`ProtocolError`: the stream cannot be trusted any more and the connection is dropped.
+"""
+from __future__ import annotations
+
+import array
+import os
+import socket
+import struct
+import time
+from collections import deque
+from typing import Sequence
+
+MAGIC = b"NNSV"
+HEADER = struct.Struct("<4sHHQ")
+#: Largest body of one frame: messages are small (tensor bytes travel in shared memory and large
+#: serialized models in a sealed memfd), so anything bigger is an attack or a bug.
+MAX_BODY = 16 << 20
+#: The kernel's limit of descriptors in one SCM_RIGHTS message (SCM_MAX_FD).
+MAX_FDS = 253
+#: Bytes asked of the kernel per receive.
+RECV_BYTES = 256 << 10
+#: How long each end of a burst channel polls for the other's next message before it sleeps (ns).
+#: Android's burst polls its message queue for 50 us; Python's side of a call takes longer, so the
+#: default window is wider (NNAPI_BURST_POLL_US; 0 turns polling off).
+BURST_POLL_NS = int(float(os.environ.get("NNAPI_BURST_POLL_US", "200")) * 1000)
+_ANCILLARY = socket.CMSG_SPACE(MAX_FDS * array.array("i").itemsize)
+
+
+class ProtocolError(Exception):
+    """The byte stream broke the framing rules; the connection must be dropped."""
+
+
+def close_fds(fds: Sequence[int]) -> None:
+    """Close every descriptor, ignoring ones already closed."""
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+class FrameDecoder:
+    """Incremental frame decoder: `feed` bytes and descriptors as they arrive, get complete frames.
+
+    The decoder owns descriptors until it hands them out with a frame; `close` closes the ones it
+    still holds. After a `ProtocolError` the decoder is unusable (close it and the connection).
+    """
+
+    def __init__(self, max_body: int = MAX_BODY) -> None:
+        self.max_body = max_body
+        self._buf = bytearray()
+        self._fds: deque[int] = deque()
+        self._header: tuple[int, int] | None = None  # (descriptor count, body length) of the frame in progress
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._buf)
+
+    def feed(self, data: bytes, fds: Sequence[int] = ()) -> list[tuple[bytes, list[int]]]:
+        """Add received bytes and descriptors; return every frame completed, as (body, descriptors)."""
+        self._fds.extend(fds)
+        self._buf += data
+        frames: list[tuple[bytes, list[int]]] = []
+        buf = self._buf
+        while True:
+            if self._header is None:
+                if len(buf) < HEADER.size:
+                    break
+                magic, flags, n_fds, length = HEADER.unpack_from(buf)
+                if magic != MAGIC:
+                    raise ProtocolError(f"bad frame magic {bytes(magic)!r} (expected {MAGIC!r})")
+                if flags:
+                    raise ProtocolError(f"unknown frame flags {flags:#x}")
+                if n_fds > MAX_FDS:
+                    raise ProtocolError(f"frame declares {n_fds} descriptors (at most {MAX_FDS})")
+                if length > self.max_body:
+                    raise ProtocolError(f"frame body of {length} bytes is over the limit of {self.max_body}")
+                del buf[:HEADER.size]
+                self._header = (n_fds, length)
+            n_fds, length = self._header
+            if len(buf) < length:
+                break
+            if len(self._fds) < n_fds:
+                raise ProtocolError(f"frame declares {n_fds} descriptors but {len(self._fds)} arrived with it")
+            body = bytes(buf[:length])
+            del buf[:length]
+            frames.append((body, [self._fds.popleft() for _ in range(n_fds)]))
+            self._header = None
+        if self._fds and self._header is None and not buf:
+            raise ProtocolError(f"{len(self._fds)} descriptors arrived without a frame to carry them")
+        if len(self._fds) > 4 * MAX_FDS:
+            raise ProtocolError(f"{len(self._fds)} descriptors arrived ahead of their frames")
+        return frames
+
+    def close(self) -> None:
+        """Close every descriptor not handed out with a frame."""
+        fds, self._fds = list(self._fds), deque()
+        close_fds(fds)
+        self._buf = bytearray()
+        self._header = None
+
+
+def frame(body: bytes, n_fds: int = 0) -> bytes:
+    """The header of a frame with this body and descriptor count."""
+    if n_fds > MAX_FDS:
+        raise ValueError(f"{n_fds} descriptors in one frame (at most {MAX_FDS})")
+    if len(body) > MAX_BODY:
+        raise ValueError(f"a message of {len(body)} bytes is over the frame limit of {MAX_BODY}")
+    return HEADER.pack(MAGIC, 0, n_fds, len(body))
+
+
+def send_frame(sock: socket.socket, body: bytes, fds: Sequence[int] = ()) -> None:
+    """Send one frame; its descriptors go with its first byte. Callers serialize sends per socket."""
+    data = frame(body, len(fds)) + body
+    if fds:
+        sent = sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sent = sock.send(data)
+    if sent < len(data):
+        sock.sendall(memoryview(data)[sent:])
+
+
+def recv_chunk(sock: socket.socket, flags: int = 0) -> tuple[bytes, list[int]]:
+    """One receive: bytes (b"" at end of stream) and the descriptors that came with them (close-on-exec).
+
+    ProtocolError when the kernel had to drop descriptors (more than fit in the ancillary buffer).
+    """
+    data, ancdata, flags, _ = sock.recvmsg(RECV_BYTES, _ANCILLARY, socket.MSG_CMSG_CLOEXEC | flags)
+    fds: list[int] = []
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            items = array.array("i")
+            items.frombytes(payload[:len(payload) - len(payload) % items.itemsize])
+            fds.extend(items)
+    if flags & socket.MSG_CTRUNC:
+        close_fds(fds)
+        raise ProtocolError("descriptors were truncated (more than one frame may carry)")
+    return data, fds
+
+
+def receive(sock: socket.socket, poll_ns: int) -> tuple[bytes, list[int]]:
+    """`recv_chunk` on a blocking socket, polling (without sleeping) for up to `poll_ns` first: a reply
+    that comes within the window costs no wake-up of a sleeping thread. The poll yields the CPU at
+    each turn, so it only uses a core nothing else wants."""
+    if poll_ns > 0:
+        end = time.monotonic_ns() + poll_ns
+        while True:
+            try:
+                return recv_chunk(sock, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                pass
+            if time.monotonic_ns() >= end:
+                break
+            os.sched_yield()
+    return recv_chunk(sock)

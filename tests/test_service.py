@@ -1,0 +1,405 @@
+"""The reference driver behind `nnapi serve` in another process: discovery, the proxies of every HAL
+interface, the runtime API unchanged on top (sync, async, shared memory, memory domains, caching,
+bursts, fenced execution), and errors crossing the boundary as they are."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import nnapi
+from nnapi import OperandType as T, OperationType as Op
+from nnapi.hal import (DataLocation, ErrorStatus, ExecutionPreference, MeasureTiming, MemoryPool, NnError, Priority,
+                       Request, RequestArgument, ResultCode)
+from nnapi.memory import allocate_ashmem, close_handle, map_handle
+from nnapi.service import ENV, connect, default_socket
+from nnapi.service.cli import start
+
+from conftest import add_relu_model
+
+X = np.array([1, -2, 3, -4], np.float32)
+Y = np.array([10, 20, -30, 40], np.float32)
+
+
+@pytest.fixture(scope="module")
+def service():
+    directory = tempfile.mkdtemp(prefix="nnapi-test-service-")
+    os.chmod(directory, 0o755)
+    served = start("reference", default_socket("reference", directory), os.path.join(directory, "state"))
+    yield served
+    served.stop()
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def services_dir(service, monkeypatch):
+    """NNAPI_SERVICE_DIR pointing at the served reference driver, for this test."""
+    monkeypatch.setenv(ENV, os.path.dirname(service.socket))
+    return os.path.dirname(service.socket)
+
+
+@pytest.fixture
+def remote(service):
+    device = connect(service.socket)
+    yield device
+    device.close()
+
+
+def test_served_device_takes_the_place_of_the_in_process_driver(service, services_dir):
+    found = [d for d in nnapi.devices() if d.name == "reference"]
+    assert len(found) == 1
+    device = found[0]
+    assert (device.location, device.pid, device.socket) == ("service", service.pid, service.socket)
+    assert device.where == f"service pid {service.pid}"
+    assert nnapi.devices()[-1] is device  # still the fallback, last
+    out = subprocess.run([sys.executable, "-m", "nnapi.cli", "devices", "--json"], capture_output=True, text=True,
+                         env=dict(os.environ), timeout=120, check=True)
+    listed = {d["name"]: d for d in json.loads(out.stdout)}
+    assert listed["reference"]["location"] == "service" and listed["reference"]["pid"] == service.pid
+    assert all(d["location"] == "in-process" for name, d in listed.items() if name != "reference")
+
+
+def test_without_a_service_directory_drivers_stay_in_process(monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    assert all(d.location == "in-process" for d in nnapi.devices())
+
+
+def test_runtime_results_match_in_process(services_dir):
+    model = add_relu_model(64, large_constant=True)  # a constant in shared memory crosses as a descriptor
+    x = np.linspace(-3, 3, 64).astype(np.float32)
+    expected = np.maximum(x + x[::-1] + np.arange(64, dtype=np.float32), 0)
+    c = nnapi.Compilation(model, devices=["reference"]).finish()
+    assert c.steps[0].device.location == "service"
+    (y,) = c.execute([x, x[::-1].copy()])
+    np.testing.assert_array_equal(y, expected)
+    # asynchronous, and inputs and outputs in shared memory
+    mem_in, mem_out = nnapi.Memory.ashmem(256), nnapi.Memory.ashmem(256)
+    mem_in.array(np.float32, (64,))[:] = x[::-1]
+    e = nnapi.Execution(c)
+    e.set_input(0, x)
+    e.set_input_from_memory(1, mem_in, 0, 256)
+    e.set_output_from_memory(0, mem_out, 0, 256)
+    e.set_measure_timing(True)
+    e.start_compute().wait(30)
+    np.testing.assert_array_equal(mem_out.array(np.float32, (64,)), expected)
+    timing = e.get_duration()
+    assert timing.time_on_device <= timing.time_in_driver
+
+
+def test_dynamic_output_shapes_cross_the_boundary(services_dir):
+    m = nnapi.Model()
+    a = m.add_operand(T.TENSOR_FLOAT32, (4,))
+    b = m.add_operand(T.TENSOR_FLOAT32, (4,))
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    out = m.add_operand(T.TENSOR_FLOAT32, (0,))  # size known only when the driver runs
+    m.add_operation(Op.ADD, [a, b, act], [out])
+    m.identify_inputs_and_outputs([a, b], [out])
+    m.finish()
+    c = nnapi.Compilation(m, devices=["reference"]).finish()
+    e = nnapi.Execution(c)
+    e.set_input(0, X)
+    e.set_input(1, Y)
+    e.set_output(0, np.zeros(2, np.float32))
+    with pytest.raises(NnError) as err:
+        e.compute()
+    assert err.value.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE
+    assert e.get_output_shape(0) == (4,)
+    (y,) = c.execute([X, Y])  # run() grows the output as the service reports
+    np.testing.assert_array_equal(y, X + Y)
+
+
+def test_memory_domain_buffers_in_the_service(services_dir):
+    model = add_relu_model()
+    c = nnapi.Compilation(model, devices=["reference"]).finish()
+    desc = nnapi.MemoryDesc()
+    desc.add_output_role(c, 0, 1.0)
+    desc.add_input_role(c, 0, 1.0)
+    desc.finish()
+    state = nnapi.Memory.from_desc(desc)
+    assert state.is_device  # a token of the service's driver
+    e = nnapi.Execution(c)
+    e.set_input(0, X)
+    e.set_input(1, Y)
+    e.set_output_from_memory(0, state, 0, 0)
+    e.compute()
+    e = nnapi.Execution(c)
+    e.set_input_from_memory(0, state, 0, 0)
+    e.set_input(1, Y)
+    y = np.zeros(4, np.float32)
+    e.set_output(0, y)
+    e.compute()
+    np.testing.assert_array_equal(y, np.maximum(np.maximum(X + Y, 0) + Y, 0))
+    host = nnapi.Memory.ashmem(16)
+    nnapi.Memory.copy(state, host)  # IBuffer.copy_to through the proxy
+    np.testing.assert_array_equal(host.array(np.float32, (4,)), np.maximum(X + Y, 0))
+
+
+def test_caching_through_the_service(services_dir, tmp_path):
+    model = add_relu_model(8)
+    token = nnapi.model_token(model)
+    first = nnapi.Compilation(model, devices=["reference"], cache_dir=tmp_path, token=token).finish()
+    again = nnapi.Compilation(model, devices=["reference"], cache_dir=tmp_path, token=token).finish()
+    assert [o.outcome for o in first.cache_outcomes] == ["miss"]
+    assert [o.outcome for o in again.cache_outcomes] == ["hit"]
+    x = np.arange(8, dtype=np.float32)
+    np.testing.assert_array_equal(again.execute([x, x])[0], 2 * x)
+    assert sorted(os.listdir(tmp_path))  # the app's cache files, written by the service through descriptors
+
+
+def _hal_io(n: int = 4):
+    """Request with inputs X, Y in one ashmem pool and the output in another."""
+    inputs, outputs = allocate_ashmem(8 * n), allocate_ashmem(4 * n)
+    mapped = map_handle(inputs)
+    mapped.write(0, X)
+    mapped.write(16, Y)
+    request = Request([RequestArgument(False, DataLocation(0, 0, 16)), RequestArgument(False, DataLocation(0, 16, 16))],
+                      [RequestArgument(False, DataLocation(1, 0, 16))],
+                      [MemoryPool(handle=inputs), MemoryPool(handle=outputs)])
+    return request, map_handle(outputs), (inputs, outputs)
+
+
+def test_hal_async_fenced_and_errors(remote):
+    prepared = remote.prepare_model(add_relu_model().to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER,
+                                    Priority.MEDIUM, None, None, None)
+    request, out, handles = _hal_io()
+    expected = np.maximum(X + Y, 0)
+    try:
+        done = threading.Event()
+        got = {}
+        prepared.execute(request, MeasureTiming.YES, None, None,
+                         lambda status, shapes, timing: (got.update(status=status, shapes=shapes, timing=timing),
+                                                         done.set()))
+        assert done.wait(30)
+        assert got["status"] == ErrorStatus.NONE and got["shapes"][0].dimensions == (4,)
+        np.testing.assert_array_equal(out.array(0, 16, np.float32, (4,)), expected)
+
+        # Fenced: the service waits on our sync fence (sent as a descriptor) before running.
+        out.write(0, np.zeros(4, np.float32))
+        fence = os.eventfd(0, os.EFD_CLOEXEC)
+        timer = threading.Timer(0.2, os.eventfd_write, (fence, 1))
+        start_ns = time.monotonic_ns()
+        timer.start()
+        sync_fd, callback = prepared.execute_fenced(request, [fence], MeasureTiming.YES, None, None, None)
+        assert time.monotonic_ns() - start_ns >= 150_000_000  # not before the fence was signalled
+        status, launched, fenced = callback.get_execution_info()
+        assert status == ErrorStatus.NONE and fenced.time_on_device <= launched.time_in_driver
+        np.testing.assert_array_equal(out.array(0, 16, np.float32, (4,)), expected)
+        os.close(fence)
+        with pytest.raises(NnError) as err:  # a null fence, as the VTS sends
+            prepared.execute_fenced(request, [-1], MeasureTiming.NO, None, None, None)
+        assert err.value.status == ErrorStatus.INVALID_ARGUMENT
+
+        # The driver's own validation message comes back as it is.
+        bad = Request(request.inputs[:1], request.outputs, request.pools)
+        with pytest.raises(NnError) as err:
+            prepared.execute_synchronously(bad, MeasureTiming.NO, None, None)
+        assert err.value.status == ErrorStatus.INVALID_ARGUMENT and "input" in err.value.message
+        # An object this connection does not own, and a method the service does not have.
+        with pytest.raises(NnError, match="not a live prepared model"):
+            remote.connection.call("execute_synchronously", 10**6, [[[], [], []], 0, None, None])
+        with pytest.raises(NnError, match="unknown method 'format_disk'"):
+            remote.connection.call("format_disk", 0, [])
+        # A `client` value is not even sent: the service takes the caller from the socket.
+        remote.prepare_model(add_relu_model().to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM,
+                             None, None, None, client=nnapi.hal.ClientId(4321))
+        assert set(remote.status()["prepared_client_uids"]) == {os.getuid()}
+    finally:
+        for h in handles:
+            close_handle(h)
+
+
+def test_burst_sends_each_pool_once(services_dir):
+    model = add_relu_model(16)
+    c = nnapi.Compilation(model, devices=["reference"]).finish()
+    conn = c.steps[0].device.driver.connection
+    a, b, y = nnapi.Memory.ashmem(64), nnapi.Memory.ashmem(64), nnapi.Memory.ashmem(64)
+    with c.create_burst() as burst:
+        sent = []
+        for k in range(5):
+            a.array(np.float32, (16,))[:] = k
+            b.array(np.float32, (16,))[:] = np.arange(16)
+            e = nnapi.Execution(c)
+            e.set_input_from_memory(0, a, 0, 64)
+            e.set_input_from_memory(1, b, 0, 64)
+            e.set_output_from_memory(0, y, 0, 64)
+            before = conn.fds_sent
+            e.burst_compute(burst)
+            sent.append(conn.fds_sent - before)
+            np.testing.assert_array_equal(y.array(np.float32, (16,)), k + np.arange(16))
+        assert sent == [1 + 3, 0, 0, 0, 0]  # the burst's channel, then three pools: with the first execution only
+        # numpy arguments: staged in one shared-memory region the burst keeps: one descriptor, once
+        sent = []
+        for k in range(3):
+            e = nnapi.Execution(c)
+            out = np.zeros(16, np.float32)
+            e.set_input(0, np.full(16, k, np.float32))
+            e.set_input(1, np.ones(16, np.float32))
+            e.set_output(0, out)
+            before = conn.fds_sent
+            burst.compute(e)
+            sent.append(conn.fds_sent - before)
+            np.testing.assert_array_equal(out, np.full(16, k + 1, np.float32))
+        assert sent == [1, 0, 0]  # one staging region holds all three
+        busy = nnapi.Execution(c)
+        burst.acquire()
+        try:
+            with pytest.raises(NnError) as err:
+                busy.burst_compute(burst)
+            assert err.value.code == ResultCode.BAD_STATE
+        finally:
+            burst.release()
+        assert c.steps[0].device.driver.status()["objects"]["burst"] == 1
+    assert c.steps[0].device.driver.status()["objects"]["burst"] == 0  # closed: freed in the service too
+
+
+def test_fenced_dependencies_through_the_service(services_dir):
+    model = add_relu_model()
+    c = nnapi.Compilation(model, devices=["reference"]).finish()
+    y1, y2 = np.zeros(4, np.float32), np.zeros(4, np.float32)
+    e1 = nnapi.Execution(c)
+    e1.set_input(0, X)
+    e1.set_input(1, Y)
+    e1.set_output(0, y1)
+    gate = os.eventfd(0, os.EFD_CLOEXEC)
+    first = e1.start_compute_with_dependencies([nnapi.Event.create_from_sync_fence_fd(gate)])
+    e2 = nnapi.Execution(c)
+    e2.set_input(0, y1)  # reads e1's output: runs only after e1's sync fence
+    e2.set_input(1, Y)
+    e2.set_output(0, y2)
+    second = e2.start_compute_with_dependencies([first])
+    time.sleep(0.1)
+    assert not first.is_done() and not second.is_done()
+    os.eventfd_write(gate, 1)
+    second.wait(30)
+    os.close(gate)
+    np.testing.assert_array_equal(y1, np.maximum(X + Y, 0))
+    np.testing.assert_array_equal(y2, np.maximum(y1 + Y, 0))
+
+
+@pytest.fixture(params=["in-process", "service"])
+def reference(request, service, monkeypatch):
+    """The reference device in this process, or served: burst and fenced execution work on both."""
+    if request.param == "service":
+        monkeypatch.setenv(ENV, os.path.dirname(service.socket))
+    else:
+        monkeypatch.delenv(ENV, raising=False)
+    device = nnapi.runtime.find_device("reference")
+    assert device.location == request.param
+    return device
+
+
+def test_burst_runtime_api(reference):
+    model = add_relu_model(16, large_constant=True)
+    c = nnapi.Compilation(model, devices=[reference]).finish()
+    expected = lambda a, b: np.maximum(a + b + np.arange(16, dtype=np.float32), 0)  # noqa: E731
+    with c.create_burst() as burst:
+        for k in range(4):  # numpy arguments, then shared memory, alternating, and new memories each time
+            a, b = np.full(16, k - 2, np.float32), np.linspace(-1, 1, 16).astype(np.float32)
+            e = nnapi.Execution(c)
+            out = np.zeros(16, np.float32)
+            if k % 2:
+                mem = nnapi.Memory.ashmem(64)
+                mem.array(np.float32, (16,))[:] = a
+                e.set_input_from_memory(0, mem, 0, 64)
+            else:
+                e.set_input(0, a)
+            e.set_input(1, b)
+            e.set_output(0, out)
+            burst.compute(e)
+            np.testing.assert_allclose(out, expected(a, b), rtol=1e-6)
+        other = nnapi.Compilation(model, devices=[reference]).finish()
+        with pytest.raises(NnError) as err:
+            nnapi.Execution(other).burst_compute(burst)
+        assert err.value.code == ResultCode.BAD_DATA
+    with pytest.raises(NnError) as err:  # closed
+        nnapi.Execution(c).burst_compute(burst)
+    assert err.value.code == ResultCode.BAD_STATE
+
+
+def test_fenced_runtime_api(reference):
+    c = nnapi.Compilation(add_relu_model(), devices=[reference]).finish()
+
+    def execution(x, out, timeout=None):
+        e = nnapi.Execution(c)
+        e.set_input(0, x)
+        e.set_input(1, Y)
+        e.set_output(0, out)
+        if timeout is not None:
+            e.set_timeout(timeout)
+        return e
+
+    y1, y2, y3 = (np.zeros(4, np.float32) for _ in range(3))
+    gate = os.eventfd(0, os.EFD_CLOEXEC)
+    first = execution(X, y1).start_compute_with_dependencies([nnapi.Event.create_from_sync_fence_fd(gate)])
+    second = execution(y1, y2).start_compute_with_dependencies([first], timeout=10.0)
+    third = execution(y2, y3).start_compute_with_dependencies([second])
+    fence = third.get_sync_fence_fd()
+    time.sleep(0.05)
+    assert not first.is_done() and not third.is_done()
+    os.eventfd_write(gate, 1)
+    third.wait(30)
+    assert os.eventfd_read(fence) >= 1  # the chain's last fence is signalled too
+    np.testing.assert_array_equal(y3, np.maximum(np.maximum(np.maximum(X + Y, 0) + Y, 0) + Y, 0))
+
+    # A dependency that fails (its deadline passes while it waits) fails what depends on it.
+    never = os.eventfd(0, os.EFD_CLOEXEC)
+    late = execution(X, np.zeros(4, np.float32), timeout=0.05).start_compute_with_dependencies(
+        [nnapi.Event.create_from_sync_fence_fd(never)])
+    after = execution(X, np.zeros(4, np.float32)).start_compute_with_dependencies([late])
+    with pytest.raises(NnError) as err:
+        late.wait(30)
+    assert err.value.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
+    with pytest.raises(NnError) as err:
+        after.wait(30)
+    assert err.value.code == ResultCode.OP_FAILED and "dependency 0 failed" in err.value.message
+    with pytest.raises(NnError) as err:
+        execution(X, y1).start_compute_with_dependencies(["not an event"])
+    assert err.value.code == ResultCode.BAD_DATA
+    for fd in (gate, never):
+        os.close(fd)
+
+
+def test_serve_command(service, tmp_path):
+    run = lambda *args, **kw: subprocess.run([sys.executable, "-m", "nnapi.cli", "serve", *args],  # noqa: E731
+                                             capture_output=True, text=True, timeout=120, **kw)
+    env = {k: v for k, v in os.environ.items() if k != ENV}
+    out = run("--driver", "no_such_driver", "--socket", str(tmp_path / "x.sock"), env=env)
+    assert out.returncode == 1 and "no driver named 'no_such_driver'" in out.stderr and "reference" in out.stderr
+    out = run("--driver", "reference", env=env)
+    assert out.returncode == 2 and "NNAPI_SERVICE_DIR" in out.stderr
+    out = run("--driver", "reference", "--socket", service.socket, env=env)  # never takes over a live one
+    assert out.returncode == 1 and "already listens" in out.stderr
+    (tmp_path / "file.sock").write_text("not a socket")
+    out = run("--driver", "reference", "--socket", str(tmp_path / "file.sock"), env=env)
+    assert out.returncode == 1 and "not a socket" in out.stderr
+    # A stale socket (its service killed) is replaced; ready on stdout and on --ready-fd; SIGTERM stops it.
+    stale = tmp_path / "stale.sock"
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(str(stale))
+    s.close()
+    r, w = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "nnapi.cli", "serve", "--driver", "reference", "--socket",
+                             str(stale), "--state-dir", str(tmp_path / "state"), "--ready-fd", str(w)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, pass_fds=(w,), env=env)
+    os.close(w)
+    try:
+        with os.fdopen(r) as ready:
+            assert ready.readline().strip() == f"ready {stale}"
+        assert connect(str(stale)).get_info().name == "reference"
+        assert stat.S_IMODE(os.stat(tmp_path / "state").st_mode) == 0o700
+    finally:
+        proc.terminate()
+        stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and stdout.strip() == f"ready {stale}" and not stale.exists()
+    assert "serving reference" in stderr
