@@ -441,3 +441,66 @@ def test_endless_loop_is_a_transient_deadline_miss_at_the_loop_timeout():
         e.compute()
     assert err.value.status == nnapi.ErrorStatus.MISSED_DEADLINE_TRANSIENT
     assert time.monotonic() - start < 5
+
+
+def test_running_low_priority_inference_is_stopped_for_high_priority_work_and_restarts():
+    """Native inference has no checkpoints: the scheduler stops it (InferRequest.cancel) when
+    higher-priority work of the app arrives, and it runs again from scratch afterwards (Q4), with the
+    results of an uninterrupted run."""
+    import threading
+    import time as _time
+
+    from nnapi.drivers.openvino.device import OpenVinoDevice
+    from nnapi.hal import DataLocation, MeasureTiming, MemoryPool, Priority, Request, RequestArgument
+    rng = np.random.default_rng(5)
+
+    def fc_chain(layers: int, units: int) -> nnapi.Model:
+        m = nnapi.Model()
+        x = m.add_operand(T.TENSOR_FLOAT32, (1, units))
+        act = m.add_operand(T.INT32)
+        m.set_operand_value(act, 0)
+        cur = x
+        for _ in range(layers):
+            w = m.add_operand(T.TENSOR_FLOAT32, (units, units))
+            m.set_operand_value(w, (rng.standard_normal((units, units)) / np.sqrt(units)).astype(np.float32))
+            b = m.add_operand(T.TENSOR_FLOAT32, (units,))
+            m.set_operand_value(b, np.zeros(units, np.float32))
+            y = m.add_operand(T.TENSOR_FLOAT32, (1, units))
+            m.add_operation(Op.FULLY_CONNECTED, [cur, w, b, act], [y])
+            cur = y
+        m.identify_inputs_and_outputs([x], [cur])
+        m.finish()
+        return m
+
+    device = OpenVinoDevice(workers=1)
+    low_model, high_model = fc_chain(60, 2048), fc_chain(2, 64)
+    low = device.prepare_model(low_model.to_hal(), priority=Priority.LOW)
+    high = device.prepare_model(high_model.to_hal(), priority=Priority.HIGH)
+
+    def request(units: int):
+        x = rng.standard_normal((1, units)).astype(np.float32)
+        y = np.zeros((1, units), np.float32)
+        return Request([RequestArgument(location=DataLocation(0, 0, x.nbytes))],
+                       [RequestArgument(location=DataLocation(1, 0, y.nbytes))],
+                       [MemoryPool(pointer=x), MemoryPool(pointer=y)]), y
+
+    low_req, low_out = request(2048)
+    low.execute_synchronously(low_req, MeasureTiming.NO, None, None)
+    uninterrupted = low_out.copy()
+    low_out[...] = 0
+    done = {}
+
+    def run_low():
+        low.execute_synchronously(low_req, MeasureTiming.NO, None, None)
+        done["low"] = _time.monotonic()
+
+    thread = threading.Thread(target=run_low)
+    thread.start()
+    _time.sleep(0.01)                                   # the LOW inference is under way
+    high_req, _ = request(64)
+    high.execute_synchronously(high_req, MeasureTiming.NO, None, None)
+    done["high"] = _time.monotonic()
+    thread.join(60)
+    assert done["high"] < done["low"]
+    assert device.scheduler.snapshot()["preemptions"] >= 1
+    np.testing.assert_array_equal(low_out, uninterrupted)

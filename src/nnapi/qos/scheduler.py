@@ -34,12 +34,13 @@ and preemption off (the baseline the QoS benchmark compares with).
 """
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import os
 import threading
 import time
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 from .. import tracing as trace
 from ..hal import ClientId, ErrorStatus, NnError, Priority
@@ -124,6 +125,7 @@ class Ticket:
         self._yield_at: int | None = None
         self._lent = False           # its slot went to higher-priority work: yield at the next checkpoint
         self._handoff = False        # it started on a lent slot: let the lender reach its checkpoint first
+        self._preempt: Callable[[], None] | None = None  # stops native work at once (see `preemptible`)
         self._grant = threading.Event()
         self._ran = False
 
@@ -177,6 +179,28 @@ class Ticket:
                           + (f" before {where}" if where else ""))
         if yield_at is not None and now >= yield_at:
             self.scheduler._yield(self, where)
+
+    @contextlib.contextmanager
+    def preemptible(self, stop: Callable[[], None]) -> Iterator[None]:
+        """Around one native call that reaches no checkpoint: when the scheduler wants this work to
+        yield, `stop()` is called (from another thread) to end the call early; the caller then reaches
+        `checkpoint()`, pauses, and runs the call again from scratch when granted again (Q4: executions
+        are deterministic, so a restart gives the same result)."""
+        with self.scheduler._lock:
+            self._preempt = stop
+            flagged = self._yield_at == 0
+        try:
+            if flagged:
+                stop()
+            yield
+        finally:
+            with self.scheduler._lock:
+                self._preempt = None
+
+    @property
+    def yield_requested(self) -> bool:
+        """True when the scheduler wants this running work to pause at its next checkpoint now."""
+        return self._yield_at == 0
 
     def cancel(self) -> None:
         """Give the ticket up without running it (frees its place or its slot)."""
@@ -379,9 +403,13 @@ class Scheduler:
         for t in self._running:
             app = t.app
             top = app.top() if app.queued else None
-            if t._lent or (top is not None and top.rank > t.rank):
-                t._yield_at = 0
-            elif self.exclusive and app.top_running_rank() > t.rank:
+            if t._lent or (top is not None and top.rank > t.rank) or (
+                    self.exclusive and app.top_running_rank() > t.rank):
+                if t._yield_at != 0 and t._preempt is not None:
+                    try:  # native work without checkpoints: stop it now, it restarts when granted again
+                        t._preempt()
+                    except Exception:
+                        pass
                 t._yield_at = 0
             elif self.quantum_ns is not None and self._free == 0 and any(a is not app for a in waiting_apps):
                 t._yield_at = t._segment_start + self.quantum_ns

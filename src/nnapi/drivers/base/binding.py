@@ -6,8 +6,9 @@ value per output. What it returns is checked and written back by the base (`fini
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from ...hal.constants import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from ...memory import MappedImage, MappedPool
 from ...memory.domains import RequestBuffers
 from ...ops import numpy_dtype
-from ...qos import checkpoint
+from ...qos import checkpoint, current as current_ticket
 
 
 def region_length(pool: MappedPool, length: int) -> int:
@@ -116,6 +117,20 @@ class Binding:
     def checkpoint(where: str = "") -> None:
         """A QoS checkpoint between units of work: preemption by higher-priority work, abort at the deadline."""
         checkpoint(where)
+
+    @staticmethod
+    def preemptible(stop: Callable[[], None]):
+        """A context manager around one native call without checkpoints: `stop()` ends it early when
+        higher-priority work needs the device; the driver then calls `checkpoint` (pausing until it may go
+        on) and runs the call again from scratch (`qos.Ticket.preemptible`). A no-op outside the scheduler."""
+        ticket = current_ticket()
+        return ticket.preemptible(stop) if ticket is not None else contextlib.nullcontext()
+
+    @staticmethod
+    def yield_requested() -> bool:
+        """True when the scheduler has asked this execution to pause (a native call was stopped for it)."""
+        ticket = current_ticket()
+        return ticket is not None and ticket.yield_requested
 
     # --- after the run (the base) ----------------------------------------------------------------
     def check_static_outputs(self, shapes: Sequence[Sequence[int]]) -> None:

@@ -148,6 +148,9 @@ class DriverDevice(IDevice):
     FEATURE_LEVEL: ClassVar[int] = 30
     #: Remember claims across processes too (for drivers whose `supported` is expensive).
     REMEMBER_CLAIMS: ClassVar[bool] = False
+    #: How long work started on a slot lent by lower-priority work waits for it to pause (`qos.Scheduler`):
+    #: worth it where both would fight for the interpreter lock; 0 where work runs natively.
+    HANDOFF_NS: ClassVar[int] = 2_000_000
 
     def __init__(self, *, scheduler: Scheduler | None = None, workers: int | None = None, queue_capacity: int = 256,
                  memory_limit_bytes: int | None = None, engine: bool | None = None) -> None:
@@ -155,7 +158,8 @@ class DriverDevice(IDevice):
         self.memory_limit_bytes = memory_limit_bytes if memory_limit_bytes is not None else env_int(
             prefix + "MEMORY_LIMIT")
         self.scheduler = scheduler if scheduler is not None else Scheduler(
-            workers if workers is not None else env_int(prefix + "WORKERS"), queue_capacity, name=self.NAME)
+            workers if workers is not None else env_int(prefix + "WORKERS"), queue_capacity, name=self.NAME,
+            handoff_ns=self.HANDOFF_NS)
         self._use_engine = env_flag(prefix + "ENGINE") if engine is None else engine
         self._version: str | None = None
         self._registry: IntegrityRegistry | None = None

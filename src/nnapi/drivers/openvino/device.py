@@ -79,6 +79,7 @@ class OpenVinoDevice(DriverDevice):
     NAME = NAME
     CACHE_FILES = (1, 0)
     REMEMBER_CLAIMS = True  # proving claims lowers every operation on stand-in inputs
+    HANDOFF_NS = 0  # inference is native and stopped by cancellation: higher-priority work starts at once
     DEVICE_TYPE = DeviceType.CPU
 
     def __init__(self, *, threads: int | None = None, pinning: bool | None = None, **kwargs) -> None:

@@ -91,16 +91,20 @@ class OpenVinoPreparedModel(DriverPreparedModel):
 
     # --- one execution ---------------------------------------------------------------------------
     def run(self, binding: Binding) -> list:
-        req = self._take()
-        try:
-            return self._run(req, binding)
-        except BaseException:
-            # A failed or cancelled request is not reused: its state is unknown.
-            req = None
-            raise
-        finally:
-            if req is not None:
-                self._give(req)
+        while True:
+            req = self._take()
+            try:
+                return self._run(req, binding)
+            except _Preempted:
+                # Stopped for higher-priority work: pause here, then run again from scratch (Q4).
+                binding.checkpoint("an inference stopped for higher-priority work")
+            except BaseException:
+                # A failed or cancelled request is not reused: its state is unknown.
+                req = None
+                raise
+            finally:
+                if req is not None:
+                    self._give(req)
 
     def _run(self, req: _Request, binding: Binding) -> list:
         r = req.request
@@ -134,7 +138,7 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         if self.has_budget:
             self._infer_with_budget(r, binding)
         else:
-            self._infer(r, binding.deadline)
+            self._preemptible_infer(r, binding)
         return [view if view is not None else np.array(req.owned[k].data, copy=True)
                 for k, view in enumerate(views)]
 
@@ -159,6 +163,29 @@ class OpenVinoPreparedModel(DriverPreparedModel):
             factor = min(LOOP_BUDGET_GROWTH, 1.0 + remaining / last)
             budget = min(MAX_LOOP_BUDGET, max(budget + 1, int(budget * factor)))
 
+    def _preemptible_infer(self, r: ov.InferRequest, binding: Binding) -> None:
+        """One inference that the scheduler may stop (`InferRequest.cancel()`) for higher-priority work:
+        then `_Preempted` (the request stays usable: a cancelled request runs again normally)."""
+        stopped: list[bool] = []
+
+        def stop() -> None:
+            stopped.append(True)
+            r.cancel()
+
+        with binding.preemptible(stop):
+            try:
+                self._infer(r, binding.deadline)
+            except NnError:
+                if stopped and binding.deadline is not None and time.monotonic_ns() < binding.deadline:
+                    raise _Preempted() from None
+                raise
+            except Exception:
+                if stopped:
+                    raise _Preempted() from None
+                raise
+        if stopped:  # stopped too late to matter: the results are complete
+            return
+
     @staticmethod
     def _infer(r: ov.InferRequest, deadline: int | None) -> None:
         """Run the request; with a deadline, cancel it when the deadline passes."""
@@ -178,6 +205,10 @@ class OpenVinoPreparedModel(DriverPreparedModel):
                     pass
                 raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
                               "openvino execution: the deadline passed; the inference request was cancelled")
+
+
+class _Preempted(Exception):
+    """The inference was stopped for higher-priority work and runs again once granted."""
 
 
 __all__ = ["OpenVinoPreparedModel"]
