@@ -8,6 +8,7 @@ bounds and returns a `MappedPool` whose `view(offset, length)` is a zero-copy me
 from __future__ import annotations
 
 import fcntl
+import functools
 import mmap
 import os
 
@@ -18,6 +19,7 @@ from ..hal import ErrorStatus, MemoryHandle, MemoryPool, NnError
 PROT_READ, PROT_WRITE = mmap.PROT_READ, mmap.PROT_WRITE
 
 
+@functools.lru_cache(maxsize=1)
 def physical_memory_bytes() -> int:
     """This machine's memory (no allocation can be larger), or 1 TiB when the system does not say."""
     try:

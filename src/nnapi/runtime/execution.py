@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -140,6 +141,36 @@ class Event:
                 pass
 
 
+@dataclass(frozen=True)
+class _Io:
+    """What binding one input or output checks, worked out once per compilation."""
+
+    operand: hal.Operand
+    dtype: np.dtype
+    scalar: bool
+    #: The operand's dimensions and byte size when fully specified, else None.
+    dims: tuple[int, ...] | None
+    nbytes: int | None
+
+
+_IO_FACTS: "weakref.WeakKeyDictionary[Compilation, tuple[list[_Io], list[_Io]]]" = weakref.WeakKeyDictionary()
+_DIRECT: "weakref.WeakKeyDictionary[Compilation, tuple[list[RequestArgument], list[RequestArgument]]]" = (
+    weakref.WeakKeyDictionary())
+
+
+def _io_facts(compilation: Compilation, main: hal.Subgraph) -> tuple[list[_Io], list[_Io]]:
+    facts = _IO_FACTS.get(compilation)
+    if facts is None:
+        def fact(index: int) -> _Io:
+            operand = main.operands[index]
+            full = operand.is_fully_specified
+            return _Io(operand, numpy_dtype(operand.type), operand.type.is_scalar,
+                       tuple(operand.dimensions) if full else None, operand.byte_size() if full else None)
+        facts = ([fact(i) for i in main.input_indexes], [fact(i) for i in main.output_indexes])
+        _IO_FACTS[compilation] = facts
+    return facts
+
+
 class Execution:
     """One run of a compilation. Arguments are set once; an execution runs once."""
 
@@ -149,6 +180,7 @@ class Execution:
         self.compilation = compilation
         main = compilation.model.to_hal().main
         self._main = main
+        self._in_facts, self._out_facts = _io_facts(compilation, main)
         self._inputs: list[_Arg | None] = [None] * len(main.input_indexes)
         self._outputs: list[_Arg | None] = [None] * len(main.output_indexes)
         self._measure = False
@@ -165,11 +197,14 @@ class Execution:
         if self._started:
             raise NnError(ResultCode.BAD_STATE, f"Execution.{what}: the execution has already started")
 
+    def _io(self, io: str, index: int) -> _Io:
+        facts = self._in_facts if io == "input" else self._out_facts
+        if not isinstance(index, (int, np.integer)) or isinstance(index, bool) or not 0 <= index < len(facts):
+            raise NnError(ResultCode.BAD_DATA, f"Execution: {io} index {index} out of range ({len(facts)} {io}s)")
+        return facts[index]
+
     def _operand(self, io: str, index: int) -> hal.Operand:
-        indexes = self._main.input_indexes if io == "input" else self._main.output_indexes
-        if not isinstance(index, (int, np.integer)) or not 0 <= index < len(indexes):
-            raise NnError(ResultCode.BAD_DATA, f"Execution: {io} index {index} out of range ({len(indexes)} {io}s)")
-        return self._main.operands[indexes[index]]
+        return self._io(io, index).operand
 
     def _bind(self, io: str, index: int, arg: _Arg) -> None:
         slots = self._inputs if io == "input" else self._outputs
@@ -200,11 +235,16 @@ class Execution:
     def set_input(self, index: int, value: np.ndarray | None, dimensions: Sequence[int] | None = None) -> None:
         """Bind input `index` to a numpy array (used in place when its dtype matches), or None for no value."""
         self._check_settable("set_input")
-        operand = self._operand("input", index)
+        io = self._io("input", index)
+        if (type(value) is np.ndarray and dimensions is None and io.nbytes is not None and value.dtype == io.dtype
+                and value.nbytes == io.nbytes and value.flags.c_contiguous and self._inputs[index] is None):
+            self._inputs[index] = _Arg(array=value, dims=io.dims, length=io.nbytes)  # the common case, checked
+            return
+        operand = io.operand
         if value is None:
             self._bind("input", index, _Arg(omitted=True))
             return
-        arr = np.ascontiguousarray(value, dtype=numpy_dtype(operand.type))
+        arr = np.ascontiguousarray(value, dtype=io.dtype)
         dims = self._dims("input", index, operand, dimensions, tuple(arr.shape))
         need = operand.byte_size(dims)
         if arr.nbytes != need:
@@ -215,7 +255,13 @@ class Execution:
     def set_output(self, index: int, buffer: np.ndarray, dimensions: Sequence[int] | None = None) -> None:
         """Bind output `index` to a writable, contiguous numpy array of the operand's dtype."""
         self._check_settable("set_output")
-        operand = self._operand("output", index)
+        io = self._io("output", index)
+        if (type(buffer) is np.ndarray and dimensions is None and io.nbytes is not None and buffer.dtype == io.dtype
+                and buffer.nbytes == io.nbytes and buffer.flags.c_contiguous and buffer.flags.writeable
+                and self._outputs[index] is None):
+            self._outputs[index] = _Arg(array=buffer, dims=io.dims, length=io.nbytes)  # the common case, checked
+            return
+        operand = io.operand
         if buffer is None:
             raise NnError(ResultCode.UNEXPECTED_NULL, f"Execution.set_output: output {index} buffer is None")
         if not isinstance(buffer, np.ndarray) or not buffer.flags.c_contiguous or not buffer.flags.writeable:
@@ -385,55 +431,92 @@ class Execution:
             self._run_step(step, main_in, main_out, temps, shared, shapes, deadline)
         self._output_shapes = [s if s is not None else OutputShape(()) for s in shapes]
 
+    def _step_request(self, step: Step, main_in, main_out, temps, shared, shapes) -> Request:
+        """The request of one step, argument by argument (memory, temporaries between steps, omitted)."""
+        operands = self._main.operands
+        pools: list[MemoryPool] = []
+        pool_of: dict[int, int] = {}
+
+        def pool_index(key: object, pool: MemoryPool) -> int:
+            if id(key) not in pool_of:
+                pool_of[id(key)] = len(pools)
+                pools.append(pool)
+            return pool_of[id(key)]
+
+        def argument(arg: _Arg) -> RequestArgument:
+            array = arg.array
+            if array is not None:  # an in-process buffer, used in place
+                key = id(array)
+                p = pool_of.get(key)
+                if p is None:
+                    p = pool_of[key] = len(pools)
+                    pools.append(MemoryPool(pointer=array))
+                return RequestArgument(False, DataLocation(p, 0, arg.length), arg.dims)
+            if arg.omitted:
+                return RequestArgument(has_no_value=True)
+            if arg.memory is not None:
+                memory = arg.memory
+                p = pool_index(memory, memory.pool)
+                if memory.is_device or memory.is_image:  # used whole: offset = length = 0
+                    return RequestArgument(False, DataLocation(p, 0, 0), arg.dims)
+                return RequestArgument(False, DataLocation(p, arg.offset, arg.length), arg.dims)
+            raise NnError(ErrorStatus.GENERAL_FAILURE, "an execution argument with neither memory nor a buffer")
+
+        req_inputs = []
+        for o in step.inputs:
+            if o in main_in:
+                req_inputs.append(argument(self._inputs[main_in[o]]))
+            elif o in main_out:
+                arg = self._outputs[main_out[o]]
+                shape = shapes[main_out[o]].dimensions
+                req_inputs.append(argument(_Arg(arg.array, arg.memory, arg.offset,
+                                                operands[o].byte_size(shape), shape)))
+            else:
+                req_inputs.append(argument(shared.input_arg(temps[o], o)))
+        req_outputs = []
+        for o in step.outputs:
+            if o in main_out:
+                req_outputs.append(argument(self._outputs[main_out[o]]))
+            else:
+                if o not in temps:
+                    temps[o] = shared.place(o)
+                t = temps[o]
+                req_outputs.append(argument(_Arg(memory=t.memory, offset=t.offset, length=t.capacity)))
+        return Request(req_inputs, req_outputs, pools)
+
+    def _direct_request(self, step: Step) -> Request | None:
+        """The request of a step that is the whole model with every argument a distinct numpy array of the
+        operand's full size: its arguments are the same every time (argument k in pool k), made once per
+        compilation; only the pools change. None: build it argument by argument."""
+        args = [*self._inputs, *self._outputs]
+        ios = [*self._in_facts, *self._out_facts]
+        for arg, io in zip(args, ios):
+            if arg.array is None or io.nbytes is None or arg.length != io.nbytes or arg.dims != io.dims:
+                return None
+        if len({id(a.array) for a in args}) != len(args) or step.inputs != list(self._main.input_indexes) \
+                or step.outputs != list(self._main.output_indexes):
+            return None
+        templates = _DIRECT.get(self.compilation)
+        if templates is None:
+            made = [RequestArgument(False, DataLocation(k, 0, io.nbytes), io.dims) for k, io in enumerate(ios)]
+            templates = _DIRECT[self.compilation] = (made[:len(self._inputs)], made[len(self._inputs):])
+        return Request(templates[0], templates[1], [MemoryPool(pointer=a.array) for a in args])
+
     def _run_step(self, step: Step, main_in, main_out, temps, shared, shapes, deadline) -> None:
         operands = self._main.operands
+        direct = self._direct_request(step) if len(self.compilation.steps) == 1 else None
         for attempt in range(_MAX_RETRIES):
-            pools: list[MemoryPool] = []
-            pool_of: dict[int, int] = {}
-
-            def pool_index(key: object, pool: MemoryPool) -> int:
-                if id(key) not in pool_of:
-                    pool_of[id(key)] = len(pools)
-                    pools.append(pool)
-                return pool_of[id(key)]
-
-            def argument(arg: _Arg) -> RequestArgument:
-                if arg.omitted:
-                    return RequestArgument(has_no_value=True)
-                if arg.memory is not None:
-                    memory = arg.memory
-                    p = pool_index(memory, memory.pool)
-                    if memory.is_device or memory.is_image:  # used whole: offset = length = 0
-                        return RequestArgument(False, DataLocation(p, 0, 0), arg.dims)
-                    return RequestArgument(False, DataLocation(p, arg.offset, arg.length), arg.dims)
-                flat = arg.array.reshape(-1)
-                p = pool_index(arg.array, MemoryPool(pointer=flat))
-                return RequestArgument(False, DataLocation(p, 0, arg.length), arg.dims)
-
-            req_inputs = []
-            for o in step.inputs:
-                if o in main_in:
-                    req_inputs.append(argument(self._inputs[main_in[o]]))
-                elif o in main_out:
-                    arg = self._outputs[main_out[o]]
-                    shape = shapes[main_out[o]].dimensions
-                    req_inputs.append(argument(_Arg(arg.array, arg.memory, arg.offset,
-                                                    operands[o].byte_size(shape), shape)))
-                else:
-                    req_inputs.append(argument(shared.input_arg(temps[o], o)))
-            req_outputs = []
-            for o in step.outputs:
-                if o in main_out:
-                    req_outputs.append(argument(self._outputs[main_out[o]]))
-                else:
-                    if o not in temps:
-                        temps[o] = shared.place(o)
-                    t = temps[o]
-                    req_outputs.append(argument(_Arg(memory=t.memory, offset=t.offset, length=t.capacity)))
-            request = Request(req_inputs, req_outputs, pools)
+            if direct is not None and attempt == 0:
+                request = direct
+            else:
+                request = self._step_request(step, main_in, main_out, temps, shared, shapes)
             measure = MeasureTiming.YES if self._measure else MeasureTiming.NO
             try:
-                with trace.span("execute", "execute", device=step.device.name, operations=len(step.operations)):
+                if trace.active():
+                    with trace.span("execute", "execute", device=step.device.name, operations=len(step.operations)):
+                        out_shapes, timing = step.prepared.execute_synchronously(request, measure, deadline,
+                                                                                 self._loop_timeout_ns)
+                else:
                     out_shapes, timing = step.prepared.execute_synchronously(request, measure, deadline,
                                                                              self._loop_timeout_ns)
             except NnError as e:
@@ -487,10 +570,7 @@ class Execution:
         if len(inputs) != len(self._inputs):
             raise NnError(ResultCode.BAD_DATA, f"Execution.run: {len(inputs)} inputs given, the model has "
                                                f"{len(self._inputs)}")
-        sizes = []
-        for k, index in enumerate(self._main.output_indexes):
-            operand = self._main.operands[index]
-            sizes.append(operand.dimensions if operand.is_fully_specified else None)
+        sizes = [io.dims for io in self._out_facts]
         fresh = not self._started and all(a is None for a in (*self._inputs, *self._outputs))
         for attempt in range(_MAX_RETRIES):
             ex = self if attempt == 0 and fresh else Execution(self.compilation)
@@ -499,11 +579,9 @@ class Execution:
             for k, x in enumerate(inputs):
                 ex.set_input(k, x)
             outs = []
-            for k, index in enumerate(self._main.output_indexes):
-                operand = self._main.operands[index]
-                dt = numpy_dtype(operand.type)
-                shape = () if operand.type.is_scalar else (sizes[k] if sizes[k] is not None else (1,))
-                buf = _output_buffer(k, shape, dt)
+            for k, io in enumerate(self._out_facts):
+                shape = () if io.scalar else (sizes[k] if sizes[k] is not None else (1,))
+                buf = _output_buffer(k, shape, io.dtype)
                 outs.append(buf)
                 ex.set_output(k, buf)
             try:

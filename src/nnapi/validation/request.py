@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..hal import DataLocation, MemoryPool, Model, NnError, Operand, OperandType, Request, RequestArgument, invalid
 from .operands import byte_size, is_scalar_type
 from .pools import check_pool, is_int
@@ -28,7 +30,7 @@ def _validate(request: Request, model: Model, allow_unspecified_output: bool) ->
     for field in ("inputs", "outputs", "pools"):
         if not isinstance(getattr(request, field), (list, tuple)):
             raise invalid(f"request {field} must be a list")
-    sizes = [check_pool(pool, f"request pool {i}", request=True) for i, pool in enumerate(request.pools)]
+    sizes = [_pool_size(pool, i) for i, pool in enumerate(request.pools)]
     main = model.main
     for kind, args, indexes in (("input", request.inputs, main.input_indexes),
                                 ("output", request.outputs, main.output_indexes)):
@@ -37,17 +39,25 @@ def _validate(request: Request, model: Model, allow_unspecified_output: bool) ->
         output = kind == "output"
         for k, (arg, index) in enumerate(zip(args, indexes)):
             operand = main.operands[index]
-            if _plain(arg, operand, sizes, output):
+            if _plain(arg, operand, sizes, request.pools if output else None):
                 continue
             _check_argument(f"request {kind} {k}", arg, operand, index, request.pools, sizes,
                             output=output, allow_unspecified=allow_unspecified_output)
 
 
-def _plain(arg: Any, operand: Operand, sizes: Sequence[int], output: bool) -> bool:
+def _pool_size(pool: Any, i: int) -> int:
+    """`check_pool`, with an in-process numpy buffer (the runtime's usual pool) checked fast."""
+    if type(pool) is MemoryPool and type(pool.pointer) is np.ndarray and pool.handle is None and pool.token is None:
+        return pool.pointer.nbytes
+    return check_pool(pool, f"request pool {i}", request=True)
+
+
+def _plain(arg: Any, operand: Operand, sizes: Sequence[int], output_pools: Sequence[MemoryPool] | None) -> bool:
     """The common case, checked fast: a tensor argument of a fully specified operand, given without
-    dimensions, in the bounds of a mappable pool with exactly the operand's length (outputs: at
-    least). False sends the argument through the full checks (which name any fault)."""
-    if type(arg) is not RequestArgument or arg.has_no_value or arg.dimensions:
+    dimensions or with exactly its dimensions, in the bounds of a mappable pool with exactly the
+    operand's length (an output: in a writable pool). False sends the argument through the full
+    checks (which name any fault)."""
+    if type(arg) is not RequestArgument or arg.has_no_value or (arg.dimensions and arg.dimensions != operand.dimensions):
         return False
     loc = arg.location
     if type(loc) is not DataLocation:
@@ -57,8 +67,12 @@ def _plain(arg: Any, operand: Operand, sizes: Sequence[int], output: bool) -> bo
             and 0 <= pool < len(sizes) and offset >= 0 and length > 0 and offset + length <= sizes[pool]):
         return False
     dims = operand.dimensions
-    if output or not dims or 0 in dims or operand.type.is_scalar:
+    if not dims or 0 in dims or operand.type.is_scalar:
         return False
+    if output_pools is not None:
+        pointer = output_pools[pool].pointer
+        if pointer is not None and not (type(pointer) is np.ndarray and pointer.flags.writeable):
+            return False
     return length == operand.type.element_size * _prod(dims)
 
 
