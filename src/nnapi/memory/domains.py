@@ -460,6 +460,8 @@ class RequestBuffers:
     @classmethod
     def resolve(cls, tracker: BufferTracker, request: Request, prepared_model: object,
                 input_operands: Sequence[Operand], output_operands: Sequence[Operand]) -> "RequestBuffers":
+        if all(pool.token is None for pool in request.pools):
+            return _NO_BUFFERS  # (never changed: nothing is stored for a request without driver buffers)
         self = cls()
         client = None
         for i, pool in enumerate(request.pools):
@@ -561,6 +563,9 @@ class RequestBuffers:
         """A failed execution leaves every buffer it was writing uninitialized."""
         for buffer in self.outputs.values():
             buffer.set_initialized(False)
+
+
+_NO_BUFFERS = RequestBuffers()
 
 
 class DriverDomain:

@@ -171,6 +171,22 @@ def _io_facts(compilation: Compilation, main: hal.Subgraph) -> tuple[list[_Io], 
     return facts
 
 
+_ROUTES: "weakref.WeakKeyDictionary[Compilation, tuple[dict[int, int], dict[int, int], list[int]]]" = (
+    weakref.WeakKeyDictionary())
+
+
+def _routes(compilation: Compilation, main: hal.Subgraph) -> tuple[dict[int, int], dict[int, int], list[int]]:
+    """Main-model operand -> input index, -> output index, and the values passed between steps."""
+    routes = _ROUTES.get(compilation)
+    if routes is None:
+        main_in = {o: k for k, o in enumerate(main.input_indexes)}
+        main_out = {o: k for k, o in enumerate(main.output_indexes)}
+        steps = compilation.steps
+        boundary = [o for step in steps for o in step.outputs if o not in main_out] if len(steps) > 1 else []
+        routes = _ROUTES[compilation] = (main_in, main_out, boundary)
+    return routes
+
+
 class Execution:
     """One run of a compilation. Arguments are set once; an execution runs once."""
 
@@ -421,12 +437,10 @@ class Execution:
     def _run_plan(self) -> None:
         deadline = deadline_after(self._timeout_ns)  # the same absolute deadline for every step
         steps = self.compilation.steps
-        main_in = {o: k for k, o in enumerate(self._main.input_indexes)}
-        main_out = {o: k for k, o in enumerate(self._main.output_indexes)}
+        main_in, main_out, boundary = _routes(self.compilation, self._main)
         temps: dict[int, _Temporary] = {}
         shapes: list[OutputShape | None] = [None] * len(self._outputs)
-        boundary = [o for step in steps for o in step.outputs if o not in main_out] if len(steps) > 1 else []
-        shared = _SharedTemporaries(self._main.operands, boundary)
+        shared = _SharedTemporaries(self._main.operands, boundary) if boundary else None
         for step in steps:
             self._run_step(step, main_in, main_out, temps, shared, shapes, deadline)
         self._output_shapes = [s if s is not None else OutputShape(()) for s in shapes]
@@ -537,6 +551,9 @@ class Execution:
                 continue
             self._timing = timing
             for k, o in enumerate(step.outputs):
+                if o in main_out and out_shapes and out_shapes[k].is_sufficient:
+                    shapes[main_out[o]] = out_shapes[k]
+                    continue
                 dims = out_shapes[k].dimensions if out_shapes else operands[o].dimensions
                 if o in main_out:
                     shapes[main_out[o]] = OutputShape(tuple(dims), True)
@@ -592,9 +609,10 @@ class Execution:
                 sizes = [s.dimensions for s in ex._output_shapes]
                 continue
             result = []
-            for k, buf in enumerate(outs):
-                dims = ex.get_output_shape(k)
-                result.append(buf[:math.prod(dims)].reshape(dims) if dims else buf[:1].reshape(()))
+            for buf, shape in zip(outs, ex._output_shapes):
+                dims = tuple(shape.dimensions)
+                result.append(buf.reshape(dims) if buf.size == math.prod(dims) else
+                              (buf[:math.prod(dims)].reshape(dims) if dims else buf[:1].reshape(())))
             return result
         raise NnError(ErrorStatus.GENERAL_FAILURE, "Execution.run: output sizes kept growing")
 

@@ -48,6 +48,7 @@ class Binding:
         #: The most bytes one tensor may take (allocations beyond: RESOURCE_EXHAUSTED_PERSISTENT).
         self.memory_limit_bytes = memory_limit_bytes
         main = model.main
+        self._checked: list[OutputShape] | None = None
         self._inputs = [main.operands[i] for i in main.input_indexes]
         self._outputs = [main.operands[i] for i in main.output_indexes]
 
@@ -135,7 +136,7 @@ class Binding:
     # --- after the run (the base) ----------------------------------------------------------------
     def check_static_outputs(self, shapes: Sequence[Sequence[int]]) -> None:
         """OUTPUT_INSUFFICIENT_SIZE (with every shape) before running, when the shapes are known."""
-        self._sufficiency([tuple(s) for s in shapes])
+        self._checked = self._sufficiency([tuple(s) for s in shapes])
 
     def _sufficiency(self, shapes: list[tuple[int, ...]]) -> list[OutputShape]:
         result = []
@@ -160,7 +161,9 @@ class Binding:
                           f"the driver produced {len(values)} outputs, the model has {len(self._outputs)}")
         shapes = [() if operand.type.is_scalar else tuple(int(d) for d in np.shape(v))
                   for operand, v in zip(self._outputs, values)]
-        result = self._sufficiency(shapes)
+        checked = self._checked  # the shapes checked before the run, if the results have them
+        result = checked if checked is not None and all(s == c.dimensions for s, c in zip(shapes, checked)) else \
+            self._sufficiency(shapes)
         kept = {}
         for k, (arg, value) in enumerate(zip(self.request.outputs, values)):
             if k in self.buffers.outputs:

@@ -75,6 +75,8 @@ class XlaPreparedModel(DriverPreparedModel):
 
     # --- multi-stage compilation ----------------------------------------------------------------------
     def _count_run(self) -> None:
+        if self._optimize_after is None or self._optimizer is not None:
+            return  # single stage, or the optimised compile already started
         with self._lock:
             self._runs += 1
             start = (self._optimize_after is not None and self._runs >= self._optimize_after
@@ -160,13 +162,14 @@ class XlaPreparedModel(DriverPreparedModel):
                 binding.checkpoint(f"sub-model {j} of {len(segments)}")  # preemption / deadline (QoS)
             seg_args = [*(values[s.index] for s in seg.inputs), *(self._constants[s.index] for s in seg.constants)]
             try:
-                with trace.span(f"sub-model {j}", "operation", device="xla"):
-                    if seg.loops:
-                        outs = self._run_with_budget(j, exe, seg_args, binding)
-                    else:
-                        outs = exe(*seg_args)
-                        if trace.active():
-                            jax.block_until_ready(outs)
+                if trace.active():
+                    with trace.span(f"sub-model {j}", "operation", device="xla"):
+                        outs = self._run_with_budget(j, exe, seg_args, binding) if seg.loops else exe(*seg_args)
+                        jax.block_until_ready(outs)
+                elif seg.loops:
+                    outs = self._run_with_budget(j, exe, seg_args, binding)
+                else:
+                    outs = exe(*seg_args)
             except NnError:
                 raise
             except Exception as e:  # never crash the caller on a runtime failure of XLA
