@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
@@ -16,6 +16,9 @@ from .cache_files import (CacheOutcome, cache_paths, close_cache_files, content_
 from .devices import Device, devices as all_devices, find_device
 from .model import Model
 from .partitioner import Step, partition
+
+if TYPE_CHECKING:
+    from .burst import Burst
 
 _NDK_PRIORITY = {90: Priority.LOW, 100: Priority.MEDIUM, 110: Priority.HIGH}
 

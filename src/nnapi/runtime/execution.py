@@ -9,8 +9,12 @@ gives OUTPUT_INSUFFICIENT_SIZE and `get_output_shape` tells the size needed.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
+import select
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from typing import Sequence
@@ -116,7 +120,7 @@ class Event:
         with _FENCE_LOCK:
             fd = getattr(self, "_fence_fd", None)
             if fd is None:
-                fd = self._fence_fd = _os.eventfd(0, _os.EFD_CLOEXEC)
+                fd = self._fence_fd = os.eventfd(0, os.EFD_CLOEXEC)
                 threading.Thread(target=_signal_when_done, args=(self,), daemon=True,
                                  name="nnapi-event-fence").start()
         return fd
@@ -128,7 +132,7 @@ class Event:
         if isinstance(fd, bool) or not isinstance(fd, int) or fd < 0:
             raise NnError(ResultCode.BAD_DATA, f"Event.create_from_sync_fence_fd: invalid fd {fd!r}")
         try:
-            return _SyncFenceEvent(_os.dup(fd))
+            return _SyncFenceEvent(os.dup(fd))
         except OSError as e:
             raise NnError(ResultCode.BAD_DATA, f"Event.create_from_sync_fence_fd: fd {fd}: {e.strerror}") from None
 
@@ -136,7 +140,7 @@ class Event:
         fd = getattr(self, "_fence_fd", None)
         if fd is not None:
             try:
-                _os.close(fd)
+                os.close(fd)
             except OSError:
                 pass
 
@@ -682,7 +686,7 @@ class Execution:
         """Run the plan with step k's executions going through `executor(k, step)` (a burst, a fenced step)
         instead of its prepared model."""
         compilation = self.compilation
-        steps = [_dataclasses.replace(step, prepared=executor(k, step)) for k, step in enumerate(compilation.steps)]
+        steps = [dataclasses.replace(step, prepared=executor(k, step)) for k, step in enumerate(compilation.steps)]
         self.compilation = _PlanView(compilation, steps)
         try:
             return self._guarded_run()
@@ -707,17 +711,13 @@ def _output_buffer(k: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarra
 
 
 # --- burst and fenced execution helpers ---------------------------------------------------------------
-import dataclasses as _dataclasses  # noqa: E402  (kept with the code that uses them)
-import os as _os  # noqa: E402
-import select as _select  # noqa: E402
-import time as _time  # noqa: E402
 
 _FENCE_LOCK = threading.Lock()
 
 
 def _signal_when_done(event: Event) -> None:
     event._done.wait()
-    _os.eventfd_write(event._fence_fd, 1)
+    os.eventfd_write(event._fence_fd, 1)
 
 
 class _SyncFenceEvent(Event):
@@ -741,15 +741,15 @@ class _SyncFenceEvent(Event):
 
 
 def _fence_signalled(fd: int, timeout_ms: int | None) -> bool:
-    poller = _select.poll()
-    poller.register(fd, _select.POLLIN)
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
     return bool(poller.poll(timeout_ms))
 
 
 def _wait_fences(fences: Sequence[int], deadline: int | None) -> None:
     """Wait until every sync fence is signalled; MISSED_DEADLINE_TRANSIENT when the deadline passes first."""
     for fd in fences:
-        left = None if deadline is None else max(0, (deadline - _time.monotonic_ns()) // 1_000_000)
+        left = None if deadline is None else max(0, (deadline - time.monotonic_ns()) // 1_000_000)
         if not _fence_signalled(fd, left):
             raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the deadline passed while waiting for dependencies")
 
@@ -781,7 +781,7 @@ class _FencedStep:
             try:
                 _fence_signalled(fence, None)
             finally:
-                _os.close(fence)
+                os.close(fence)
         status, launched, _ = callback.get_execution_info()
         if status != ErrorStatus.NONE:
             raise NnError(status, "fenced execution failed")

@@ -7,6 +7,7 @@ checked against the declared ones and carried forward to later operations.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, Callable, Sequence
 
@@ -168,3 +169,25 @@ def _merge_outputs(label: str, subgraph: Subgraph, op: Operation, dims: Sequence
         else:
             merged.append(inferred)
     return merged
+
+
+def optional_input_fed_by_request(sub: Subgraph, op: Operation, ctx: OpContext) -> bool:
+    """True when an input position the operation lets be omitted is a model input: a request may then
+    leave it out (`has_no_value`), which a driver that compiles the graph for its inputs cannot follow.
+    The operation's own validation says whether a position is optional."""
+    registration = find_operation(op.type)
+    if registration is None or not registration.allow_omitted_operand:
+        return False
+    for k, i in enumerate(op.inputs):
+        if sub.operands[i].lifetime != OperandLifeTime.SUBGRAPH_INPUT:
+            continue
+        inputs = list(ctx.inputs)
+        inputs[k] = dataclasses.replace(inputs[k], dims=(), value=None, omitted=True)
+        trial = OpContext(ctx.op, inputs, ctx.outputs, relaxed=ctx.relaxed, compile_time=True)
+        try:
+            registration.validate(trial)
+            registration.prepare(trial)
+        except Exception:  # not optional there
+            continue
+        return True
+    return False

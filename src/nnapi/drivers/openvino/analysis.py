@@ -13,14 +13,12 @@ change its structure per request.
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Sequence
 
 import openvino.opset16 as ops
 
 from ...hal import Model, OperandLifeTime as L, OperandType as T
-from ...ops import OpContext, find_operation
-from ...validation import ConstantReader, build_operation_context, infer_model_shapes
+from ...validation import ConstantReader, build_operation_context, infer_model_shapes, optional_input_fed_by_request
 from .graph import Scope, compute_type, constant_value, lower_operation, table
 from .lowering import TENSOR_TYPES, Value
 
@@ -33,26 +31,6 @@ def operand_ok(operand, dims: Sequence[int]) -> bool:
     if t.is_scalar:
         return t in _SCALARS
     return t in TENSOR_TYPES and len(dims) > 0 and all(d > 0 for d in dims)
-
-
-def _optional_input_fed_by_request(sub, op, ctx: OpContext) -> bool:
-    """True when an input position the operation lets be omitted is a model input."""
-    reg = find_operation(op.type)
-    if reg is None or not reg.allow_omitted_operand:
-        return False
-    for k, i in enumerate(op.inputs):
-        if sub.operands[i].lifetime != L.SUBGRAPH_INPUT:
-            continue
-        inputs = list(ctx.inputs)
-        inputs[k] = dataclasses.replace(inputs[k], dims=(), value=None, omitted=True)
-        trial = OpContext(ctx.op, inputs, ctx.outputs, relaxed=ctx.relaxed, compile_time=True)
-        try:  # the operation's own validation says whether the position is optional
-            reg.validate(trial)
-            reg.prepare(trial)
-        except Exception:
-            continue
-        return True
-    return False
 
 
 def claim(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = True) -> bool:
@@ -81,7 +59,7 @@ def refusal(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = 
         return f"no context: {e}"
     if not ctx.inputs or ctx.inputs[0].type not in entry.types:
         return f"input 0 of type {ctx.inputs[0].type.name if ctx.inputs else None} is not lowered"
-    if top and _optional_input_fed_by_request(sub, op, ctx):
+    if top and optional_input_fed_by_request(sub, op, ctx):
         return "an optional input is a model input"
     xs: list[Value | None] = []
     for t in ctx.inputs:

@@ -27,8 +27,7 @@ from pathlib import Path
 import openvino as ov
 
 from ..._version import __version__
-from ...hal import (Capabilities, DeviceType, ErrorStatus, ExecutionPreference, Model, NnError, OperandPerformance,
-                    OperandType, PerformanceInfo)
+from ...hal import Capabilities, DeviceType, ErrorStatus, ExecutionPreference, Model, NnError, OperandType
 from ..base import CompileJob, DriverDevice, Lru, env_flag, env_int, source_fingerprint
 from . import cache
 from .prepared_model import OpenVinoPreparedModel

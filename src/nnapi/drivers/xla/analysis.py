@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from ...hal import Model, OperandLifeTime as L, OperandType as T
-from ...ops import OpContext, find_operation, numpy_dtype
-from ...validation import ConstantReader, build_operation_context, infer_model_shapes
+from ...ops import numpy_dtype
+from ...validation import ConstantReader, build_operation_context, infer_model_shapes, optional_input_fed_by_request
 from . import control_flow, rules
 from .lowering import LOWERINGS, TENSOR_TYPES, LoweredOp, run_op
 
@@ -54,26 +54,6 @@ def with_dims(model: Model, index: int | None, dims: dict[int, tuple[int, ...]])
     return dataclasses.replace(model, referenced=referenced)
 
 
-def _optional_input_fed_by_request(sub, op, ctx) -> bool:
-    """True when an input position the operation lets be omitted is a model input."""
-    reg = find_operation(op.type)
-    if reg is None or not reg.allow_omitted_operand:
-        return False
-    for k, i in enumerate(op.inputs):
-        if sub.operands[i].lifetime != L.SUBGRAPH_INPUT:
-            continue
-        inputs = list(ctx.inputs)
-        inputs[k] = dataclasses.replace(inputs[k], dims=(), value=None, omitted=True)
-        trial = OpContext(ctx.op, inputs, ctx.outputs, relaxed=ctx.relaxed, compile_time=True)
-        try:  # the operation's own validation says whether the position is optional
-            reg.validate(trial)
-            reg.prepare(trial)
-        except Exception:
-            continue
-        return True
-    return False
-
-
 def _static_check(model: Model, index: int | None, dims, op, k: int, reader: ConstantReader, depth: int,
                   top: bool) -> tuple[LoweredOp | None, tuple | None]:
     """(the lowered operation or None, for IF / WHILE the shapes their outputs get)."""
@@ -94,7 +74,7 @@ def _static_check(model: Model, index: int | None, dims, op, k: int, reader: Con
         return None, None
     if not ctx.inputs or ctx.inputs[0].type not in entry.types:
         return None, None
-    if top and _optional_input_fed_by_request(sub, op, ctx):
+    if top and optional_input_fed_by_request(sub, op, ctx):
         return None, None
     if not control:
         return LoweredOp(k, tuple(op.inputs), tuple(op.outputs), ctx, entry), None

@@ -17,12 +17,10 @@ import functools
 import threading
 import time
 from importlib.metadata import PackageNotFoundError, version as package_version
-from pathlib import Path
 
 from ..._version import __version__
 from ...caching import model_fingerprint
 from ...hal import DeviceInfo, DeviceType, ErrorStatus, Model, NnError
-from ...validation import validate_model
 from ..base import CompileJob, DriverDevice, env_int, source_fingerprint
 
 NAME = "xla"

@@ -8,7 +8,7 @@ from jax import lax
 
 from ....hal import OperationType as Op
 from ....ops import OpContext, numpy_dtype, resolve
-from ..lowering import B8, FLOAT, I32, activation, f32, lowers, out_dims
+from ..lowering import B8, FLOAT, I32, activation, f32, lowers
 
 _BINARY = {Op.ADD: jnp.add, Op.SUB: jnp.subtract, Op.MUL: jnp.multiply, Op.DIV: jnp.divide}
 
