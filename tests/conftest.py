@@ -60,3 +60,9 @@ def android_partitioning(monkeypatch):
     from nnapi.runtime import partitioner
     monkeypatch.setattr(partitioner, "STEP_NS", 0.0)
     monkeypatch.setattr(partitioner, "BYTE_NS", 0.0)
+
+
+def fuzz_examples(default: int) -> int:
+    """Hypothesis examples for a fuzz test: `default`, or NNAPI_FUZZ_EXAMPLES when set (`make fuzz`)."""
+    value = os.environ.get("NNAPI_FUZZ_EXAMPLES", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else default

@@ -17,13 +17,9 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 import nnapi
 from nnapi import OperandType as T, OperationType as Op
 from nnapi.hal import (DataLocation, ErrorStatus, MeasureTiming, MemoryPool, NnError, Request, RequestArgument)
-from nnapi.memory import allocate_ashmem, map_handle
+from nnapi.memory import allocate_ashmem
 
-
-def examples(default: int) -> int:
-    """`default` examples, or NNAPI_FUZZ_EXAMPLES when set (the longer `make fuzz` run)."""
-    value = os.environ.get("NNAPI_FUZZ_EXAMPLES", "").strip()
-    return int(value) if value.isdigit() and int(value) > 0 else default
+from conftest import fuzz_examples
 
 
 FUZZ = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
@@ -68,7 +64,7 @@ def _build(operands, values, operations, io) -> nnapi.Model:
     return m
 
 
-@settings(max_examples=examples(60), **FUZZ)
+@settings(max_examples=fuzz_examples(60), **FUZZ)
 @given(operands=st.lists(operand, min_size=1, max_size=8), values=st.lists(st.tuples(st.integers(0, 7), value),
                                                                              max_size=4),
        operations=st.lists(operation, min_size=1, max_size=4),
@@ -134,7 +130,7 @@ pool = st.tuples(st.sampled_from(["pointer", "ashmem", "token", "readonly"]), st
                  st.integers(-2, 2**31))
 
 
-@settings(max_examples=examples(80), **FUZZ)
+@settings(max_examples=fuzz_examples(80), **FUZZ)
 @given(device=st.sampled_from(DRIVERS), executor=st.sampled_from(["sync", "async", "fenced", "burst"]),
        inputs=st.lists(argument, max_size=3), outputs=st.lists(argument, max_size=2),
        pools=st.lists(pool, max_size=4))
@@ -217,7 +213,7 @@ def _run_bounded(fn, seconds: float) -> None:
 
 @pytest.mark.skipif(not os.path.isdir(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "cts")),
                     reason="no conformance vectors beside the project")
-@settings(max_examples=examples(150), **FUZZ)
+@settings(max_examples=fuzz_examples(150), **FUZZ)
 @given(pick=st.integers(0, 10**9), device=st.sampled_from(DRIVERS), data=st.data())
 def test_conformance_models_with_mutated_parameters_give_results_or_nn_errors(pick, device, data):
     import base64

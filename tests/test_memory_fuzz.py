@@ -16,6 +16,8 @@ from nnapi.hal import (BufferDesc, BufferRole, DataLocation, ErrorStatus, Execut
                        NnError, Priority, Request, RequestArgument)
 from nnapi.memory import HardwareBuffer, HardwareBufferFormat, allocate_ashmem, map_handle
 
+from conftest import fuzz_examples
+
 _DEVICE = ReferenceDevice()
 
 
@@ -28,7 +30,7 @@ def prepare(model: nnapi.Model):
                                  None)
 
 
-FUZZ = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+FUZZ = settings(max_examples=fuzz_examples(120), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                         HealthCheck.function_scoped_fixture])
 CANARY = 0xA5
 

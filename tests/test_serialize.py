@@ -18,6 +18,8 @@ from nnapi.hal.serialize import model_from_bytes, model_to_bytes
 from nnapi.memory import allocate_ashmem, close_handle, map_handle
 from nnapi.validation import validate_model
 
+from conftest import fuzz_examples
+
 
 def sample_model(pool: MemoryPool) -> Model:
     """in0 -RELU-> t1 -RELU6-> out0, out1 = OEM_OPERATION(t1, weight, act), plus an IF over two branches."""
@@ -171,7 +173,7 @@ def _mutate(data: bytes, mutations) -> bytes:
     return bytes(buf)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=fuzz_examples(400), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(mutations=st.lists(_MUTATION, min_size=1, max_size=6))
 def test_random_corruption_raises_only_nn_error(pool, mutations):
     data = _mutate(model_to_bytes(sample_model(pool)), mutations)
