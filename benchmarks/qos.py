@@ -39,6 +39,7 @@ import time
 import numpy as np
 
 import nnapi
+from nnapi.conformance.vts.models import alternating_chain
 from nnapi import OperandType as T, OperationType as Op
 from nnapi.drivers.reference import ReferenceDevice
 from nnapi.hal import (DataLocation, ErrorStatus, ExecutionPreference, MeasureTiming, MemoryPool, NnError,
@@ -54,21 +55,8 @@ ORIGIN = time.perf_counter()
 
 
 def chain(n: int, size: int, seed: int) -> nnapi.Model:
-    rng = np.random.default_rng(seed)
-    m = nnapi.Model()
-    x = m.add_operand(T.TENSOR_FLOAT32, (size,))
-    act = m.add_operand(T.INT32)
-    m.set_operand_value(act, 0)
-    cur = x
-    for k in range(n):
-        c = m.add_operand(T.TENSOR_FLOAT32, (size,))
-        m.set_operand_value(c, rng.uniform(0.9, 1.1, size).astype(np.float32))
-        y = m.add_operand(T.TENSOR_FLOAT32, (size,))
-        m.add_operation(Op.ADD if k % 2 == 0 else Op.MUL, [cur, c, act], [y])
-        cur = y
-    m.identify_inputs_and_outputs([x], [cur])
-    m.finish()
-    return m
+    """x -> n operations alternating ADD and MUL (constants near 1, so long chains stay finite)."""
+    return alternating_chain(n, size, seed=seed, spread=0.1)
 
 
 def while_model(size: int = 16384) -> nnapi.Model:

@@ -39,6 +39,7 @@ import msgpack
 import numpy as np
 
 import nnapi
+from nnapi.conformance.vts.models import alternating_chain
 from nnapi import OperandType as T, OperationType as Op
 from nnapi.hal import (DataLocation, ExecutionPreference, MeasureTiming, MemoryPool, Priority, Request,
                        RequestArgument)
@@ -65,21 +66,8 @@ def add_model(n: int) -> nnapi.Model:
 
 
 def chain(n: int, size: int, seed: int) -> nnapi.Model:
-    rng = np.random.default_rng(seed)
-    m = nnapi.Model()
-    x = m.add_operand(T.TENSOR_FLOAT32, (size,))
-    act = m.add_operand(T.INT32)
-    m.set_operand_value(act, 0)
-    cur = x
-    for k in range(n):
-        c = m.add_operand(T.TENSOR_FLOAT32, (size,))
-        m.set_operand_value(c, rng.uniform(0.9, 1.1, size).astype(np.float32))
-        y = m.add_operand(T.TENSOR_FLOAT32, (size,))
-        m.add_operation(Op.ADD if k % 2 == 0 else Op.MUL, [cur, c, act], [y])
-        cur = y
-    m.identify_inputs_and_outputs([x], [cur])
-    m.finish()
-    return m
+    """x -> n operations alternating ADD and MUL (constants near 1, so long chains stay finite)."""
+    return alternating_chain(n, size, seed=seed, spread=0.1)
 
 
 def median_us(values_ns: list[int]) -> float:

@@ -230,8 +230,10 @@ def data_for(t: T, dims: tuple[int, ...] = DIMS, seed: int = 0) -> np.ndarray:
 
 
 # --- quality of service and memory pools ----------------------------------------------------------------
-def alternating_chain(n: int = 20, size: int = 16, gate_at: int | None = None, seed: int = 0) -> Model:
-    """x -> n operations alternating ADD and MUL with random constants; ABS after operation `gate_at`."""
+def alternating_chain(n: int = 20, size: int = 16, gate_at: int | None = None, seed: int = 0,
+                      spread: float = 0.5) -> Model:
+    """x -> n operations alternating ADD and MUL with random constants in [1 - spread, 1 + spread] (small
+    for long chains, whose products would overflow); ABS after operation `gate_at`."""
     rng = np.random.default_rng(seed)
     m = Model()
     x = m.add_operand(T.TENSOR_FLOAT32, (size,))
@@ -240,7 +242,7 @@ def alternating_chain(n: int = 20, size: int = 16, gate_at: int | None = None, s
     cur = x
     for k in range(n):
         c = m.add_operand(T.TENSOR_FLOAT32, (size,))
-        m.set_operand_value(c, rng.uniform(0.5, 1.5, size).astype(np.float32))
+        m.set_operand_value(c, rng.uniform(1 - spread, 1 + spread, size).astype(np.float32))
         y = m.add_operand(T.TENSOR_FLOAT32, (size,))
         m.add_operation(Op.ADD if k % 2 == 0 else Op.MUL, [cur, c, act], [y])
         cur = y
