@@ -320,10 +320,18 @@ def _execute_fenced(kit: Kit, prepared: Any, request: Request, measure: MeasureT
     fd, callback = value
     if not isinstance(fd, int) or fd < -1:
         raise Fail(f"{what} returned sync fence {fd!r}, expected an fd or -1")
+    return _fenced_outcome(kit, fd, callback, what)
+
+
+def _fenced_outcome(kit: Kit, fd: int, callback: Any, what: str, after_fence: Any = None) -> Outcome:
+    """What a fenced execution reports: waits on its sync fence (after `after_fence(fd)`, a check that
+    uses the fence first), then reads status and timings from its callback; closes the fence."""
     if callback is None or not hasattr(callback, "get_execution_info"):
         raise Fail(f"{what} returned {callback!r} instead of an IFencedExecutionCallback")
     try:
         if fd >= 0:
+            if after_fence is not None:
+                after_fence(fd)
             wait_fence(kit, fd, what)
         info = kit.call("IFencedExecutionCallback.get_execution_info", callback.get_execution_info)
     finally:
@@ -378,27 +386,14 @@ def execute_fenced_chain(kit: Kit, prepared: Any, request: Request, measure: Mea
     if not isinstance(value, (tuple, list)) or len(value) != 2 or not isinstance(value[0], int):
         raise Fail(f"{what} returned {value!r}, expected (sync fence fd, IFencedExecutionCallback)")
     fd, callback = value
-    try:
-        if fd >= 0:
-            second = _execute_fenced(kit, prepared, request, MeasureTiming.NO, None, None, [fd])
-            if second.status != ErrorStatus.NONE:
-                raise Fail(f"a second execute_fenced waiting on the fence the first returned answered "
-                           f"{second.describe()}, expected NONE")
-            wait_fence(kit, fd, what)
-        info = kit.call("IFencedExecutionCallback.get_execution_info", callback.get_execution_info)
-    finally:
-        if fd >= 0:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-    if not isinstance(info, (tuple, list)) or len(info) != 3:
-        raise Fail(f"get_execution_info returned {info!r}, expected (status, timing launched, timing fenced)")
-    try:
-        status = ErrorStatus(info[0])
-    except (ValueError, TypeError):
-        raise Fail(f"get_execution_info returned status {info[0]!r}, not an ErrorStatus") from None
-    return Outcome(status, [], _timing(info[1], "get_execution_info"), "", False, _timing(info[2], "get_execution_info"))
+
+    def second_waits(fence: int) -> None:
+        second = _execute_fenced(kit, prepared, request, MeasureTiming.NO, None, None, [fence])
+        if second.status != ErrorStatus.NONE:
+            raise Fail(f"a second execute_fenced waiting on the fence the first returned answered "
+                       f"{second.describe()}, expected NONE")
+
+    return _fenced_outcome(kit, fd, callback, what, second_waits)
 
 
 # --- expectations -----------------------------------------------------------------------------------
