@@ -493,3 +493,76 @@ def test_ashmem_sealed_once_written():
     e.set_output_from_memory(0, memory, 0, 16)
     expect(ResultCode.BAD_DATA, e.compute)                   # but a driver cannot write it
     expect(ResultCode.BAD_DATA, Memory.copy, Memory.ashmem(16), memory)
+
+
+# --- the mapping cache (a service maps an app's shared memory once) -------------------------------
+def _ashmem(size: int) -> MemoryHandle:
+    from nnapi.memory import allocate_ashmem
+    return allocate_ashmem(size)
+
+
+def _another_fd(handle: MemoryHandle, flags: int = os.O_RDWR) -> MemoryHandle:
+    """The same memory under a new descriptor, as a request across a process boundary brings it."""
+    fd = os.open(f"/proc/self/fd/{handle.fds[0]}", flags)
+    return MemoryHandle(handle.name, (fd,), handle.ints, handle.size)
+
+
+def test_the_mapping_cache_maps_the_same_memory_once_whatever_its_descriptor():
+    from nnapi.memory import MappingCache
+    cache = MappingCache(min_bytes=0)
+    h = _ashmem(1 << 20)
+    first = cache.map(h)
+    again = _another_fd(h)
+    try:
+        assert cache.map(again) is first and len(cache) == 1
+        first.write(0, np.arange(4, dtype=np.float32))  # one mapping: a write is seen through both
+        np.testing.assert_array_equal(cache.map(again).array(0, 16, np.float32, (4,)), np.arange(4))
+        other = _ashmem(1 << 20)
+        assert cache.map(other) is not first and len(cache) == 2
+    finally:
+        os.close(again.fds[0])
+
+
+def test_a_read_only_descriptor_never_gets_a_cached_writable_mapping():
+    from nnapi.memory import MappingCache
+    cache = MappingCache(min_bytes=0)
+    h = _ashmem(1 << 16)
+    assert cache.map(h).writable
+    read_only = _another_fd(h, os.O_RDONLY)
+    try:
+        with pytest.raises(NnError) as e:  # an ashmem handle is mapped writable: its descriptor must allow it
+            cache.map(read_only)
+        assert e.value.status == ErrorStatus.GENERAL_FAILURE
+    finally:
+        os.close(read_only.fds[0])
+
+
+def test_a_shrunk_file_is_mapped_afresh_and_refused_not_read_past_its_end(tmp_path):
+    from nnapi.memory import MappingCache, mmap_fd_handle
+    cache = MappingCache(min_bytes=0)
+    path = tmp_path / "pool"
+    path.write_bytes(bytes(1 << 16))
+    fd = os.open(path, os.O_RDWR)
+    try:
+        h = mmap_fd_handle(fd, 0, 1 << 16)
+        assert cache.map(h) is cache.map(h)
+        os.truncate(path, 4096)
+        with pytest.raises(NnError) as e:
+            cache.map(h)
+        assert e.value.status == ErrorStatus.GENERAL_FAILURE and len(cache) == 0
+    finally:
+        os.close(fd)
+
+
+def test_the_mapping_cache_stays_within_its_bounds_and_skips_small_regions():
+    from nnapi.memory import MappingCache
+    cache = MappingCache(max_bytes=3 << 16, max_entries=8, min_bytes=1 << 16)
+    handles = [_ashmem(1 << 16) for _ in range(5)]
+    for h in handles:
+        cache.map(h)
+    assert len(cache) == 3  # the least recently used went first
+    assert cache.map(handles[-1]) is cache.map(handles[-1])
+    small = _ashmem(4096)
+    assert cache.map(small) is not cache.map(small) and len(cache) == 3
+    cache.clear()
+    assert len(cache) == 0

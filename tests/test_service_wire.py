@@ -197,3 +197,24 @@ def test_small_values_roundtrip():
         codec.Decoder([]).request([[[False, 0, 0, 4, ["x"]]], [], []])
     assert codec.Decoder([]).cache(None) is None
     assert CacheHandles() == codec.Decoder([]).cache([[], []])
+
+
+@pytest.mark.parametrize("arrives_ms, due_ms", [(1, 20), (20, 20), (40, 20), (5, 0)])
+def test_receive_gets_the_answer_early_on_time_or_late(arrives_ms, due_ms):
+    """Polling around the time an answer is due never loses or delays one that comes at another time."""
+    import threading
+    import time
+    from nnapi.service.wire import receive
+    a, b = socket.socketpair()
+    try:
+        timer = threading.Timer(arrives_ms / 1000, lambda: b.send(b"answer"))
+        start = time.monotonic_ns()
+        timer.start()
+        data, fds = receive(a, 1_000_000, start + due_ms * 1_000_000 if due_ms else 0)
+        waited_ms = (time.monotonic_ns() - start) / 1e6
+        assert data == b"answer" and fds == []
+        assert waited_ms >= arrives_ms - 0.5
+        timer.join()
+    finally:
+        a.close()
+        b.close()

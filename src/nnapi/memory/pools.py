@@ -11,6 +11,9 @@ import fcntl
 import functools
 import mmap
 import os
+import stat
+import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -171,3 +174,65 @@ def map_pool(pool: MemoryPool) -> MappedPool:
     if pool.handle is not None:
         return map_handle(pool.handle)
     raise NnError(ErrorStatus.INVALID_ARGUMENT, "a driver-managed buffer token cannot be mapped")
+
+
+class MappingCache:
+    """Mappings of shared memory kept by the file they map (a bounded LRU): memory that comes back
+    under a new descriptor (each request across a process boundary brings fresh ones) costs no mmap,
+    page faults or munmap. The key holds the file's identity, the region, the seals and the access
+    the descriptor grants, so a descriptor never gets more than a fresh mapping of it would. Regions
+    under `min_bytes` are mapped afresh (cheap; and each kept mapping holds a descriptor)."""
+
+    def __init__(self, max_bytes: int | None = None, max_entries: int = 64, min_bytes: int = 256 << 10) -> None:
+        self._maps: OrderedDict[tuple, tuple[MappedPool, int]] = OrderedDict()
+        self._bytes = 0
+        self._max_bytes = max_tensor_bytes() if max_bytes is None else max_bytes
+        self._max_entries = max_entries
+        self._min_bytes = min_bytes
+        self._lock = threading.Lock()
+
+    def map(self, handle: MemoryHandle) -> MappedPool:
+        """`map_handle(handle)`, reusing a mapping of the same region of the same file."""
+        if handle.name not in ("ashmem", "mmap_fd") or len(handle.fds) != 1 or handle.size < self._min_bytes:
+            return map_handle(handle)
+        try:
+            fd = handle.fds[0]
+            st = os.fstat(fd)
+            access = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+        except (OSError, TypeError, ValueError, OverflowError):
+            return map_handle(handle)  # which says what is wrong with it
+        if not stat.S_ISREG(st.st_mode):
+            return map_handle(handle)
+        end = handle.size
+        if handle.name == "mmap_fd" and len(handle.ints) == 3:
+            end += handle.ints[1] | (handle.ints[2] << 32)
+        key = (st.st_dev, st.st_ino, handle.name, handle.ints, handle.size, access,
+               handle.name == "ashmem" and is_sealed(handle))
+        with self._lock:
+            hit = self._maps.get(key)
+            if hit is not None:
+                if st.st_size >= end:  # (a file shrunk since must not be read past its end)
+                    self._maps.move_to_end(key)
+                    return hit[0]
+                self._forget(key)
+        pool = map_handle(handle)
+        size = max(pool.size, 1)
+        with self._lock:
+            if key not in self._maps and size <= self._max_bytes:
+                self._maps[key] = (pool, size)
+                self._bytes += size
+                while self._bytes > self._max_bytes or len(self._maps) > self._max_entries:
+                    self._forget(next(iter(self._maps)))
+        return pool
+
+    def _forget(self, key: tuple) -> None:
+        _, size = self._maps.pop(key)
+        self._bytes -= size  # (the mapping goes when the last view of it does)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._maps.clear()
+            self._bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._maps)

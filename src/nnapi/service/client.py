@@ -36,7 +36,7 @@ from ..hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId,
                    invalid)
 from . import codec
 from .codec import CALL, ERROR, EVENT, REPLY, Encoder
-from .wire import BURST_POLL_NS, FrameDecoder, ProtocolError, close_fds, receive, recv_chunk, send_frame
+from .wire import FrameDecoder, ProtocolError, close_fds, poll_window, receive, recv_chunk, send_frame
 
 log = logging.getLogger("nnapi.service")
 
@@ -204,15 +204,18 @@ class Connection:
     # --- calls -------------------------------------------------------------------------------------------
     def call(self, method: str, target: int, args: list, enc: Encoder | None = None, *,
              timeout: float | None = None,
-             on_event: Callable[[Any, NnError | None], None] | None = None) -> Any:
-        """Call `method` on object `target` (0: the device) and wait for the answer (NnError on failure)."""
-        return self.call_fds(method, target, args, enc, timeout=timeout, on_event=on_event)[0]
+             on_event: Callable[[Any, NnError | None], None] | None = None, usual_ns: int = 0) -> Any:
+        """Call `method` on object `target` (0: the device) and wait for the answer (NnError on failure);
+        `usual_ns`, how long such a call usually takes, lets the wait poll when the answer is due."""
+        return self.call_fds(method, target, args, enc, timeout=timeout, on_event=on_event, usual_ns=usual_ns)[0]
 
     def call_fds(self, method: str, target: int, args: list, enc: Encoder | None = None, *,
                  timeout: float | None = None,
-                 on_event: Callable[[Any, NnError | None], None] | None = None) -> tuple[Any, list[int]]:
+                 on_event: Callable[[Any, NnError | None], None] | None = None,
+                 usual_ns: int = 0) -> tuple[Any, list[int]]:
         """As `call`, also returning the descriptors that came with the answer (the caller owns them)."""
         waiter = _Waiter()
+        start = time.monotonic_ns()
         try:
             rid = next(self._ids)
             body = codec.pack([CALL, rid, method, target, args])
@@ -228,7 +231,7 @@ class Connection:
                 if wake:
                     os.write(self._wake_w, b"w")
                 self._send(body, enc.fds if enc is not None else ())
-                self._await(waiter, method, timeout)
+                self._await(waiter, method, timeout, start + usual_ns if usual_ns else 0, poll_window(usual_ns))
             except OSError as e:
                 self._die(f"sending failed ({e})")
             finally:
@@ -244,8 +247,10 @@ class Connection:
             raise waiter.error
         return waiter.result, waiter.fds
 
-    def _await(self, waiter: _Waiter, method: str, timeout: float | None) -> None:
-        """Wait for `waiter`'s answer: read the socket if no other thread does, else wait to be told."""
+    def _await(self, waiter: _Waiter, method: str, timeout: float | None, due_ns: int = 0,
+               poll_ns: int = 0) -> None:
+        """Wait for `waiter`'s answer: read the socket if no other thread does (polling for it around
+        `due_ns` when given), else wait to be told."""
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._followers += 1
@@ -265,7 +270,7 @@ class Connection:
             self._die(f"no answer to {method} within {timeout} s")
             return
         try:
-            self._read_until(waiter, method, deadline, timeout)
+            self._read_until(waiter, method, deadline, timeout, due_ns, poll_ns)
         finally:
             with self._cond:
                 self._reading = False
@@ -275,7 +280,8 @@ class Connection:
             if dead:
                 self._close_socket()
 
-    def _read_until(self, waiter: _Waiter, method: str, deadline: float | None, timeout: float | None) -> None:
+    def _read_until(self, waiter: _Waiter, method: str, deadline: float | None, timeout: float | None,
+                    due_ns: int = 0, poll_ns: int = 0) -> None:
         while not waiter.done:
             if deadline is not None:
                 poller = select.poll()
@@ -283,13 +289,14 @@ class Connection:
                 if not poller.poll(max(0, int((deadline - time.monotonic()) * 1000))):
                     self._die(f"no answer to {method} within {timeout} s")
                     return
-            if not self._read_once():
+            if not self._read_once(due_ns if deadline is None else 0, poll_ns):
                 return
 
-    def _read_once(self) -> bool:
-        """Read what the socket has (blocking until something) and deliver it; False once dead."""
+    def _read_once(self, due_ns: int = 0, poll_ns: int = 0) -> bool:
+        """Read what the socket has (blocking until something; polling around `due_ns` when given)
+        and deliver it; False once dead."""
         try:
-            data, fds = recv_chunk(self._sock)
+            data, fds = receive(self._sock, poll_ns, due_ns) if due_ns else recv_chunk(self._sock)
             if not data:
                 close_fds(fds)
                 self._die("the service closed the connection")
@@ -753,6 +760,8 @@ class _Remote:
 class ServicePreparedModel(_Remote, IPreparedModel):
     """A model prepared by a served driver."""
 
+    _usual_ns = 0  # how long the last synchronous execution took (its answer is polled for around then)
+
     @_hal
     def execute_synchronously(self, request: Request, measure, deadline: int | None, loop_timeout_ns: int | None, *,
                               client: ClientId | None = None) -> tuple[list[OutputShape], Timing]:
@@ -761,7 +770,10 @@ class ServicePreparedModel(_Remote, IPreparedModel):
             enc = Encoder()
             args = [enc.request(staged.request), codec._plain(measure), codec._plain(deadline),
                     codec._plain(loop_timeout_ns)]
-            shapes, timing = _shapes_timing(self.device.connection.call("execute_synchronously", self.oid, args, enc))
+            start = time.monotonic_ns()
+            shapes, timing = _shapes_timing(self.device.connection.call("execute_synchronously", self.oid, args, enc,
+                                                                        usual_ns=self._usual_ns))
+            self._usual_ns = time.monotonic_ns() - start
             staged.finish()
             return shapes, timing
         finally:
@@ -1037,9 +1049,9 @@ class ServiceBurst(_Remote, IBurst):
                 connection = self.device.connection
                 connection.frames_sent += 1
                 connection.fds_sent += len(enc.fds)
-                poll = BURST_POLL_NS if self._last_ns <= BURST_POLL_NS else 0
+                poll, due = poll_window(self._last_ns), start + self._last_ns
                 while True:
-                    data, fds = receive(self._channel, poll)
+                    data, fds = receive(self._channel, poll, due)
                     if not data:
                         raise _unavailable(f"the {self.device.connection.label} closed the burst channel")
                     for frame_body, frame_fds in self._decoder.feed(data, fds):

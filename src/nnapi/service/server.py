@@ -29,17 +29,19 @@ import select
 import socket
 import stat
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..hal import (ClientId, ErrorStatus, ExecutionPreference, IDevice, MeasureTiming, MemoryPool, NnError, Priority,
                    Request, invalid)
+from ..memory import MappingCache
 from ..memory.domains import calling_client
 from . import codec
 from .codec import (CALL, EVENT, REPLY, Decoder, Encoder, check_bytes, check_int, check_list, check_opt_int,
                     check_str)
 from .peer import Credentials, peer_credentials
-from .wire import BURST_POLL_NS, FrameDecoder, ProtocolError, close_fds, receive, recv_chunk, send_frame
+from .wire import BURST_POLL_NS, FrameDecoder, ProtocolError, close_fds, poll_window, receive, recv_chunk, send_frame
 
 log = logging.getLogger("nnapi.service")
 
@@ -141,6 +143,7 @@ class _Client:
         self.in_flight = 0
         self.greeted = False
         self.closed = False
+        self.mappings = MappingCache()  # this client's shared memory, mapped once
 
     def __repr__(self) -> str:
         return f"client pid {self.creds.pid} uid {self.creds.uid}"
@@ -224,8 +227,21 @@ class _Client:
         with self.send_lock:
             self.sock.close()
         self.decoder.close()
+        self.mappings.clear()
         for entry in entries:
             entry.release()
+
+    def in_place(self, request: Request) -> Request:
+        """The request with its shared-memory pools as views of this client's kept mappings: the driver
+        runs on the app's memory in place, and memory sent again is not mapped again."""
+        for k, pool in enumerate(request.pools):
+            handle = pool.handle
+            if handle is not None and pool.token is None and handle.name in ("ashmem", "mmap_fd"):
+                try:
+                    request.pools[k] = MemoryPool(pointer=self.mappings.map(handle).buffer)
+                except NnError:  # the driver gets it as sent, and says what is wrong with it
+                    pass
+        return request
 
 
 def _accepts_client(fn: Callable) -> bool:
@@ -385,28 +401,34 @@ class Service:
         threading.Thread(target=self._thread, name="nnapi-service", daemon=True).start()
 
     def _thread(self) -> None:
+        ran_ns = 0  # how long the call this thread last ran took (0: it ran none)
         try:
             while not self._stopping.is_set():
                 try:
-                    task = self._next_task()
+                    task = self._next_task(poll_window(ran_ns) if ran_ns else 0)
                 except _Retire:
                     return
+                ran_ns = 0
                 if task is None:
                     continue
                 with self._lock:  # someone must keep waiting for I/O while this thread runs the call
                     spawn = self._waiting == 0 and self._threads < self._max_threads
                 if spawn:
                     self._spawn()
+                start = time.monotonic_ns()
                 try:
                     task()
                 except Exception:
                     log.exception("a service call failed outside its error handling")
+                ran_ns = max(1, time.monotonic_ns() - start)
         finally:
             with self._lock:
                 self._threads -= 1
 
-    def _next_task(self) -> Callable[[], None] | None:
-        """A queued call, else wait for one event and handle it (accept, read, inline calls)."""
+    def _next_task(self, poll_ns: int = 0) -> Callable[[], None] | None:
+        """A queued call, else wait for one event and handle it (accept, read, inline calls). A thread
+        that just answered a call polls for `poll_ns` first: a client's next call usually follows its
+        answer at once, and then finds a thread awake."""
         try:
             return self._ready.popleft()
         except IndexError:
@@ -414,7 +436,9 @@ class Service:
         with self._lock:
             self._waiting += 1
         try:
-            events = self._epoll.poll(30.0, 1)
+            events = _poll_for_a_moment(self._epoll, poll_ns) if poll_ns else None
+            if not events:
+                events = self._epoll.poll(30.0, 1)
         finally:
             with self._lock:
                 self._waiting -= 1
@@ -686,7 +710,7 @@ class Service:
     def _execute_synchronously(self, call: _Call, prepared, args) -> list:
         request, measure, deadline, loop_timeout = self._exec_args(args, "execute_synchronously", 4)
         shapes, timing = prepared.execute_synchronously(
-            call.dec.request(request), _enum(MeasureTiming, check_int(measure, "measure")),
+            call.client.in_place(call.dec.request(request)), _enum(MeasureTiming, check_int(measure, "measure")),
             check_opt_int(deadline, "deadline"), check_opt_int(loop_timeout, "loop timeout"),
             client=ClientId(call.client.creds.uid))
         return [codec.encode_shapes(shapes), codec.encode_timing(timing)]
@@ -695,7 +719,7 @@ class Service:
         """Launch; the completion comes back later as an EVENT with the same request id."""
         request, measure, deadline, loop_timeout = self._exec_args(args, "execute", 4)
         rid = call.rid
-        request = call.dec.request(request)
+        request = call.client.in_place(call.dec.request(request))
         kept = call.dec.adopt_all()  # the request's memory must outlive the call until the callback
         lock = threading.Lock()
         state: dict[str, Any] = {"replied": False, "result": None}
@@ -730,7 +754,7 @@ class Service:
 
     def _execute_fenced(self, call: _Call, prepared, args) -> list:
         request, wait_for, measure, deadline, loop_timeout, after_fence = self._exec_args(args, "execute_fenced", 6)
-        request = call.dec.request(request)
+        request = call.client.in_place(call.dec.request(request))
         fences = [call.dec.fd(f, f"wait_for {k}") for k, f in enumerate(check_list(wait_for, "wait_for", 1024))]
         fence, callback = prepared.execute_fenced(
             request, fences, _enum(MeasureTiming, check_int(measure, "measure")),
@@ -885,6 +909,16 @@ class Service:
         handle, dims = check_list(args, "copy_from arguments", length=2)
         dims = [check_int(d, "copy_from dimension") for d in check_list(dims, "copy_from dimensions", codec.MAX_RANK)]
         buffer.copy_from(call.dec.handle(handle, "copy_from memory"), dims)
+
+
+def _poll_for_a_moment(epoll: select.epoll, poll_ns: int) -> list:
+    """One event if one comes within `poll_ns`, without sleeping (the CPU is yielded each turn)."""
+    end = time.monotonic_ns() + poll_ns
+    while True:
+        events = epoll.poll(0, 1)
+        if events or time.monotonic_ns() >= end:
+            return events
+        os.sched_yield()
 
 
 def _rss_bytes() -> int:
