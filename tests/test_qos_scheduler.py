@@ -333,32 +333,84 @@ def test_priority_is_relative_to_the_app_other_apps_do_not_preempt():
     assert order == ["a-low", "b-high"]
 
 
-def test_long_work_yields_to_another_app_after_its_quantum():
+def _long_work_meets_another_app(arrives_at_step: int) -> tuple[list, object]:
+    """App 1 runs 100 steps of 1 ms; app 2's short work arrives after `arrives_at_step` steps."""
     clock = FakeClock()
     s = Scheduler(workers=1, clock=clock, quantum_ns=20 * MS)
     order: list = []
-    other_queued = threading.Event()
     steps = []
+    threads: list = []
+    b_done = threading.Event()
 
     def long():
         for k in range(100):
             checkpoint(f"step {k}")
             steps.append(k)
             clock.advance(MS)
-            if k == 5:
-                threads.append(launch(s, lambda: None, order, "b", client=2))
-                wait_queued(s, 1)
-                other_queued.set()
+            if k == arrives_at_step:
+                threads.append(launch(s, b_done.set, order, "b", client=2))  # admitted on return
 
-    threads: list = []
     ticket = s.submit(client=1)
     t = threading.Thread(target=lambda: (ticket.run(long), order.append("a")), daemon=True)
     t.start()
-    assert other_queued.wait(WAIT)
     t.join(WAIT)
     join(threads)
-    assert order == ["b", "a"] and steps == list(range(100))
+    assert b_done.is_set() and steps == list(range(100))
+    return order, ticket
+
+
+def test_long_work_yields_to_another_app_after_its_quantum():
+    # App 2 arrives while app 1 is hardly ahead (2 ms of 5): it waits for app 1's quantum.
+    order, ticket = _long_work_meets_another_app(arrives_at_step=1)
+    assert order == ["b", "a"]
     assert ticket.preemptions == 1 and ticket.preempted_at == ["step 20"]
+
+
+def test_a_light_app_gets_a_lent_slot_from_an_app_far_ahead():
+    # App 2 arrives when app 1 has run 11 ms (more than the 5 ms lag ahead of it): app 1 lends its
+    # slot and pauses at its very next checkpoint, so app 2's short work does not wait a quantum.
+    order, ticket = _long_work_meets_another_app(arrives_at_step=10)
+    assert order == ["b", "a"]
+    assert ticket.preemptions == 1 and ticket.preempted_at == ["step 11"]
+
+
+def test_a_light_apps_work_pauses_every_running_task_of_the_app_far_ahead():
+    # Two slots, both busy with app 1 (far ahead in running time). App 2's short work starts on a
+    # lent slot, and both of app 1's tasks pause until it is done (and a grace after), so the apps
+    # do not contend for the CPUs and the interpreter lock meanwhile; then app 1 resumes.
+    clock = FakeClock()
+    s = Scheduler(workers=2, clock=clock, quantum_ns=20 * MS, handoff_ns=int(WAIT * 1e9))
+    stop = threading.Event()
+    running = threading.Barrier(3)
+    tickets = [s.submit(client=1) for _ in range(2)]
+
+    def long() -> None:
+        running.wait(WAIT)
+        while not stop.is_set():
+            checkpoint("loop")
+            time.sleep(0.0005)
+
+    threads = [threading.Thread(target=t.run, args=(long,), daemon=True) for t in tickets]
+    for t in threads:
+        t.start()
+    running.wait(WAIT)
+    clock.advance(20 * MS)  # app 1 has run 40 ms on its two slots
+    seen = {}
+
+    def short() -> None:
+        seen["app 1 running"] = s.snapshot()["apps"][1]["running"]
+
+    order: list = []
+    b = launch(s, short, order, "b", client=2)
+    join([b])
+    assert order == ["b"] and seen["app 1 running"] == 0
+    wait_until = time.monotonic() + WAIT
+    while s.snapshot()["apps"][1]["running"] != 2:  # resumed once the grace is over
+        assert time.monotonic() < wait_until
+        time.sleep(0.001)
+    stop.set()
+    join(threads)
+    assert [t.preemptions for t in tickets] == [1, 1]
 
 
 def test_running_time_stops_while_preempted():

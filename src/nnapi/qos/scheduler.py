@@ -124,7 +124,8 @@ class Ticket:
         self._queued_since = now
         self._yield_at: int | None = None
         self._lent = False           # its slot went to higher-priority work: yield at the next checkpoint
-        self._handoff = False        # it started on a lent slot: let the lender reach its checkpoint first
+        self._handoff: Ticket | None = None  # it started on this ticket's lent slot: let it pause first
+        self._owed = False           # it runs on a slot lent by another app (see `_lend_across_apps`)
         self._preempt: Callable[[], None] | None = None  # stops native work at once (see `preemptible`)
         self._grant = threading.Event()
         self._ran = False
@@ -151,7 +152,7 @@ class Ticket:
                                label=self.label, priority=self.priority.name)
             else:
                 scheduler._wait_for_grant(self)
-            if self._handoff:
+            if self._handoff is not None:
                 scheduler._await_handoff(self)
             _local.ticket = self
             result = fn()
@@ -233,9 +234,19 @@ class Scheduler:
         self.fifo = policy == "fifo"
         self.policy = policy
         self.quantum_ns = None if self.fifo else quantum_ns
+        #: Cross-app lending (`_lend_across_apps`): how far ahead another app must be, the head start
+        #: an app gets when it becomes active, and how long the apps it paused stay paused after its
+        #: work (`_held`); all off without a quantum.
+        self.fair_lag_ns = (self.quantum_ns or 0) // 4
+        self.wake_credit_ns = (self.quantum_ns or 0) // 2
+        self.grace_ns = (self.quantum_ns or 0) // 20
+        self._grace_app: _App | None = None
+        self._grace_until = 0
+        self._grace_thread: threading.Thread | None = None
         self.exclusive = exclusive and not self.fifo
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a running ticket stopped (finished or paused)
+        self._grace_changed = threading.Condition(self._lock)
         #: How long work started on a lent slot waits for the lender to pause (0: never waits; for
         #: drivers whose checkpoints are far apart, such as compiled sub-models).
         self.handoff_ns = handoff_ns
@@ -297,10 +308,11 @@ class Scheduler:
                 ticket._segment_start = now
                 ticket._grant.set()
                 return ticket
-            if not app.queued and not app.running:
-                active = [a.vtime for a in self._apps.values() if a is not app and (a.queued or a.running)]
+            if not app.queued and not app.running:  # it becomes active: no credit for idling, but
+                # (as a waking thread gets) a little, so short work of a light app need not queue
+                active = [self._vtime(a, now) for a in self._apps.values() if a is not app and (a.queued or a.running)]
                 if active:
-                    app.vtime = max(app.vtime, min(active))
+                    app.vtime = max(app.vtime, min(active) - self.wake_credit_ns)
             self._enqueue(ticket)
             self._dispatch(now)
             self._update_flags()
@@ -349,6 +361,8 @@ class Scheduler:
             best: tuple[int, int, _App, Ticket] | None = None
             for app in self._apps.values():
                 top = self._eligible(app)
+                if top is not None and self._holding() and self._held(app, now):
+                    continue
                 if top is not None and (best is None or (app.vtime, app.last_grant) < best[:2]):
                     best = (app.vtime, app.last_grant, app, top)
             if best is None:
@@ -365,9 +379,75 @@ class Scheduler:
                 # The high-priority work need not wait for the victim's checkpoint (and for its
                 # thread to be scheduled): it runs now, and the victim gives the slot back when it
                 # pauses, so the slots in use exceed `workers` by at most one operation's time.
-                min(victims, key=lambda t: (t.rank, -t.seq))._lent = True
-                top._handoff = True
+                victim = min(victims, key=lambda t: (t.rank, -t.seq))
+                victim._lent = True
+                top._handoff = victim
                 self._start(app, top, now)
+        if self._free <= 0 and self.fair_lag_ns:
+            self._lend_across_apps(now)
+
+    def _vtime(self, app: _App, now: int) -> int:
+        """The app's fair-share clock, its running segments included."""
+        return app.vtime + sum(now - t._segment_start for t in app.running)
+
+    def _lend_across_apps(self, now: int) -> None:
+        """Fair shares for short work (Q5): an app with nothing running, waiting while another app is
+        ahead of it by more than `fair_lag_ns` of running time, starts at once on a slot lent by that
+        app's work, which pauses at its next checkpoint (priorities stay within each app, Q1). Long
+        work of apps that all keep running takes turns by the quantum instead."""
+        for app in list(self._apps.values()):
+            top = None if app.running else self._eligible(app)
+            if top is None:
+                continue
+            limit = app.vtime + self.fair_lag_ns
+            victims = [t for t in self._running if t.app is not app and not t._lent
+                       and self._vtime(t.app, now) > limit]
+            if not victims:
+                continue
+            victim = max(victims, key=lambda t: (self._vtime(t.app, now), -t.rank, t.seq))
+            victim._lent = True
+            top._handoff = victim
+            top._owed = True
+            self._start(app, top, now)
+
+    def _holding(self) -> bool:
+        """Whether work of an app that is behind runs (or has just run: `grace_ns`)."""
+        return self._grace_app is not None or any(t._owed for t in self._running)
+
+    def _begin_grace(self, app: _App) -> None:
+        """`app`'s work on a lent slot ended: hold the apps it paused `grace_ns` longer (in real time),
+        ended by the scheduler's grace thread (started the first time)."""
+        self._grace_app, self._grace_until = app, time.monotonic_ns() + self.grace_ns
+        if self._grace_thread is None or not self._grace_thread.is_alive():
+            self._grace_thread = threading.Thread(target=self._grace_loop, daemon=True, name=f"qos-{self.name}")
+            self._grace_thread.start()
+        self._grace_changed.notify()
+
+    def _grace_loop(self) -> None:
+        with self._lock:
+            while True:
+                if self._grace_app is None:
+                    self._grace_changed.wait()
+                    continue
+                left = self._grace_until - time.monotonic_ns()
+                if left > 0:
+                    self._grace_changed.wait(left / 1e9)
+                    continue
+                self._grace_app = None
+                if self._running or self._queued:
+                    self._dispatch(self.clock())
+                    self._update_flags()
+
+    def _held(self, app: _App, now: int) -> bool:
+        """Whether `app` pauses (and is granted nothing) for an app it is ahead of by more than the lag:
+        while that app's work runs, and for `grace_ns` after, so its answer goes out before the apps
+        contend again for the CPUs and the interpreter lock (as an app's own priorities pause its
+        lower-priority work, Q1)."""
+        ahead = self._vtime(app, now) - self.fair_lag_ns
+        grace_app = self._grace_app
+        if grace_app is not None and grace_app is not app and self._vtime(grace_app, now) < ahead:
+            return True
+        return any(t._owed and t.app is not app and self._vtime(t.app, now) < ahead for t in self._running)
 
     def _start(self, app: _App, ticket: Ticket, now: int) -> None:
         """Grant `ticket` a slot (the lock is held)."""
@@ -375,6 +455,9 @@ class Scheduler:
         app.queued -= 1
         self._queued -= 1
         app.last_grant = next(self._grants)
+        if self.fair_lag_ns and not ticket._owed:  # behind the apps running now: they pause for it
+            limit = app.vtime + self.fair_lag_ns
+            ticket._owed = any(t.app is not app and self._vtime(t.app, now) > limit for t in self._running)
         app.running.append(ticket)
         self._running.append(ticket)
         self._free -= 1
@@ -394,17 +477,19 @@ class Scheduler:
         self._free += 1
         ticket._yield_at = None
         ticket._lent = False
+        ticket._owed = False
 
     def _update_flags(self) -> None:
         """Tell each running ticket whether (and from when) to yield at its next checkpoint."""
         if self.fifo:
             return
         waiting_apps = [a for a in self._apps.values() if self._eligible(a) is not None]
+        now = self.clock() if self._holding() else 0
         for t in self._running:
             app = t.app
             top = app.top() if app.queued else None
             if t._lent or (top is not None and top.rank > t.rank) or (
-                    self.exclusive and app.top_running_rank() > t.rank):
+                    self.exclusive and app.top_running_rank() > t.rank) or (now and self._held(app, now)):
                 if t._yield_at != 0 and t._preempt is not None:
                     try:  # native work without checkpoints: stop it now, it restarts when granted again
                         t._preempt()
@@ -421,12 +506,14 @@ class Scheduler:
         `handoff_ns`) for that work to pause at its next checkpoint, so the two never contend for the
         CPUs and the interpreter lock while the higher-priority work runs (the waiting itself releases
         the lock, which lets the lower-priority threads reach their checkpoints at once)."""
-        ticket._handoff = False
+        lender, ticket._handoff = ticket._handoff, None
         if not self.handoff_ns:
             return
         limit = time.monotonic() + self.handoff_ns / 1e9
         with self._changed:
-            while any(t.rank < ticket.rank for t in ticket.app.running):
+            while (lender.state == RUNNING and lender._lent) or (
+                    lender.app is ticket.app and any(t.rank < ticket.rank for t in ticket.app.running)) or (
+                    ticket._owed and any(t._yield_at == 0 and t.app is not ticket.app for t in self._running)):
                 left = limit - time.monotonic()
                 if left <= 0:
                     return
@@ -482,6 +569,8 @@ class Scheduler:
         with self._lock:
             now = self.clock()
             if ticket.state == RUNNING:
+                if ticket._owed and self.grace_ns:
+                    self._begin_grace(ticket.app)
                 self._stop(ticket, now)
             elif ticket.state == QUEUED:
                 ticket.app.queued -= 1
