@@ -34,6 +34,7 @@ class Burst:
         self._lock = threading.Lock()
         self._busy = threading.Lock()
         self._closed = False
+        self._plan = None
 
     def compute(self, execution: "Execution", timeout: float | None = None) -> None:
         """Run `execution` synchronously through this burst (`Execution.burst_compute`)."""
@@ -48,6 +49,13 @@ class Burst:
 
     def release(self) -> None:
         self._busy.release()
+
+    def plan(self):
+        """The compilation's plan with each step executing through its driver burst (made once)."""
+        if self._plan is None:
+            from .execution import plan_through
+            self._plan = plan_through(self.compilation, self.executor)
+        return self._plan
 
     def executor(self, index: int, step) -> "_BurstStep":
         """What step `index` of the plan executes through: its driver burst with this burst's tokens."""

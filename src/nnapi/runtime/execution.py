@@ -27,6 +27,7 @@ from ..hal import (DataLocation, ErrorStatus, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIME
                    MemoryPool, NnError, OutputShape, Request, RequestArgument, ResultCode, Timing)
 from ..memory import max_tensor_bytes
 from ..ops import numpy_dtype
+from .burst import Burst
 from .compilation import Compilation, deadline_after, timeout_ns
 from .memory import Memory
 from .partitioner import Step
@@ -625,7 +626,6 @@ class Execution:
         """Run synchronously through `burst` (a `Burst` of this execution's compilation,
         ANeuralNetworksExecution_burstCompute): its driver bursts keep this execution's shared memory
         under memory identifier tokens. BAD_STATE while another execution uses the burst."""
-        from .burst import Burst
         if not isinstance(burst, Burst):
             raise NnError(ResultCode.BAD_DATA, f"Execution.burst_compute: expected a Burst, got {type(burst).__name__}")
         if burst.compilation is not self.compilation:
@@ -636,7 +636,7 @@ class Execution:
         burst.acquire()
         try:
             self._start("burst_compute")
-            self._finish(self._run_through(burst.executor))
+            self._finish(self._run_on(burst.plan()))
         finally:
             burst.release()
         if self._result is not None:
@@ -685,9 +685,12 @@ class Execution:
     def _run_through(self, executor) -> NnError | None:
         """Run the plan with step k's executions going through `executor(k, step)` (a burst, a fenced step)
         instead of its prepared model."""
+        return self._run_on(plan_through(self.compilation, executor))
+
+    def _run_on(self, plan: "_PlanView") -> NnError | None:
+        """Run `plan` (this execution's compilation with other executors for its steps)."""
         compilation = self.compilation
-        steps = [dataclasses.replace(step, prepared=executor(k, step)) for k, step in enumerate(compilation.steps)]
-        self.compilation = _PlanView(compilation, steps)
+        self.compilation = plan
         try:
             return self._guarded_run()
         finally:
@@ -752,6 +755,12 @@ def _wait_fences(fences: Sequence[int], deadline: int | None) -> None:
         left = None if deadline is None else max(0, (deadline - time.monotonic_ns()) // 1_000_000)
         if not _fence_signalled(fd, left):
             raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the deadline passed while waiting for dependencies")
+
+
+def plan_through(compilation: Compilation, executor) -> "_PlanView":
+    """`compilation` with step k executing through `executor(k, step)` instead of its prepared model."""
+    return _PlanView(compilation, [dataclasses.replace(step, prepared=executor(k, step))
+                                   for k, step in enumerate(compilation.steps)])
 
 
 class _PlanView:

@@ -36,7 +36,7 @@ from ..hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId,
                    invalid)
 from . import codec
 from .codec import CALL, ERROR, EVENT, REPLY, Encoder
-from .wire import FrameDecoder, ProtocolError, close_fds, poll_window, receive, recv_chunk, send_frame
+from .wire import Durations, FrameDecoder, ProtocolError, close_fds, poll_window, receive, recv_chunk, send_frame
 
 log = logging.getLogger("nnapi.service")
 
@@ -760,7 +760,7 @@ class _Remote:
 class ServicePreparedModel(_Remote, IPreparedModel):
     """A model prepared by a served driver."""
 
-    _usual_ns = 0  # how long the last synchronous execution took (its answer is polled for around then)
+    _durations: Durations | None = None  # of synchronous executions (their answers are polled for then)
 
     @_hal
     def execute_synchronously(self, request: Request, measure, deadline: int | None, loop_timeout_ns: int | None, *,
@@ -770,10 +770,13 @@ class ServicePreparedModel(_Remote, IPreparedModel):
             enc = Encoder()
             args = [enc.request(staged.request), codec._plain(measure), codec._plain(deadline),
                     codec._plain(loop_timeout_ns)]
+            durations = self._durations
+            if durations is None:
+                durations = self._durations = Durations()
             start = time.monotonic_ns()
             shapes, timing = _shapes_timing(self.device.connection.call("execute_synchronously", self.oid, args, enc,
-                                                                        usual_ns=self._usual_ns))
-            self._usual_ns = time.monotonic_ns() - start
+                                                                        usual_ns=durations.usual()))
+            durations.record(time.monotonic_ns() - start)
             staged.finish()
             return shapes, timing
         finally:
@@ -939,7 +942,7 @@ class ServiceBurst(_Remote, IBurst):
         self._channel = channel
         self._decoder = FrameDecoder()
         self._rids = itertools.count(1)
-        self._last_ns = 0  # how long the last execution took: poll for the answer only when short
+        self._durations = Durations()  # of its executions: their answers are polled for around then
         if channel is not None:
             weakref.finalize(self, channel.close)
         self._lock = threading.Lock()
@@ -1049,7 +1052,8 @@ class ServiceBurst(_Remote, IBurst):
                 connection = self.device.connection
                 connection.frames_sent += 1
                 connection.fds_sent += len(enc.fds)
-                poll, due = poll_window(self._last_ns), start + self._last_ns
+                usual = self._durations.usual()
+                poll, due = poll_window(usual), start + usual
                 while True:
                     data, fds = receive(self._channel, poll, due)
                     if not data:
@@ -1058,7 +1062,7 @@ class ServiceBurst(_Remote, IBurst):
                         message = codec.unpack(frame_body, len(frame_fds))
                         close_fds(frame_fds)
                         if type(message) is list and len(message) >= 3 and message[1] == rid:
-                            self._last_ns = time.monotonic_ns() - start
+                            self._durations.record(time.monotonic_ns() - start)
                             if message[0] == ERROR:
                                 raise codec.decode_error(*message[2:5])
                             return message[2]

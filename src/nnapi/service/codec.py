@@ -198,6 +198,21 @@ def unpack(body: bytes, n_fds: int) -> Any:
     return message
 
 
+def _plain_argument(v: Any) -> RequestArgument | None:
+    """A well-formed request argument read at once (None: let `Decoder.argument` check it field by
+    field and say what is wrong): one execution's arguments are read on every call."""
+    if type(v) is not list or len(v) != 5:
+        return None
+    no_value, pool, offset, length, dims = v
+    if (type(no_value) is not bool or type(pool) is not int or type(offset) is not int or type(length) is not int
+            or type(dims) is not list or len(dims) > MAX_RANK):
+        return None
+    for x in (pool, offset, length, *dims):
+        if type(x) is not int or not _I64_MIN <= x <= _U64_MAX:
+            return None
+    return RequestArgument(no_value, DataLocation(pool, offset, length), tuple(dims))
+
+
 def check_int(v: Any, what: str, lo: int = _I64_MIN, hi: int = _U64_MAX) -> int:
     if type(v) is not int:
         raise invalid(f"{what}: expected an integer, got {type(v).__name__}")
@@ -295,8 +310,9 @@ class Decoder:
 
     def request(self, v: Any, what: str = "request") -> Request:
         inputs, outputs, pools = check_list(v, what, length=3)
-        return Request([self.argument(a, f"{what} input {k}") for k, a in enumerate(check_list(inputs, f"{what} inputs"))],
-                       [self.argument(a, f"{what} output {k}")
+        return Request([_plain_argument(a) or self.argument(a, f"{what} input {k}")
+                        for k, a in enumerate(check_list(inputs, f"{what} inputs"))],
+                       [_plain_argument(a) or self.argument(a, f"{what} output {k}")
                         for k, a in enumerate(check_list(outputs, f"{what} outputs"))],
                        [self.pool(p, f"{what} pool {k}") for k, p in enumerate(check_list(pools, f"{what} pools"))])
 

@@ -138,7 +138,7 @@ def recv_chunk(sock: socket.socket, flags: int = 0) -> tuple[bytes, list[int]]:
 
     ProtocolError when the kernel had to drop descriptors (more than fit in the ancillary buffer).
     """
-    data, ancdata, flags, _ = sock.recvmsg(RECV_BYTES, _ANCILLARY, socket.MSG_CMSG_CLOEXEC | flags)
+    data, ancdata, flags, _ = sock.recvmsg(RECV_BYTES, _ANCILLARY, _CLOEXEC | flags)
     fds: list[int] = []
     for level, kind, payload in ancdata:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -169,7 +169,7 @@ def receive(sock: socket.socket, poll_ns: int, due_ns: int = 0) -> tuple[bytes, 
         end = max(now, due_ns) + poll_ns
         while True:
             try:
-                return recv_chunk(sock, socket.MSG_DONTWAIT)
+                return recv_chunk(sock, _DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 pass
             if time.monotonic_ns() >= end:
@@ -178,7 +178,29 @@ def receive(sock: socket.socket, poll_ns: int, due_ns: int = 0) -> tuple[bytes, 
     return recv_chunk(sock)
 
 
+_CLOEXEC, _DONTWAIT = int(socket.MSG_CMSG_CLOEXEC), int(socket.MSG_DONTWAIT)  # (plain ints: cheaper)
+
+
+class Durations:
+    """How long a kind of call usually takes: the least of its last few durations. (A wait that woke
+    late only lengthens a call, so the least is not fooled by the polling it steers.)"""
+
+    __slots__ = ("_last", "_next")
+
+    def __init__(self, keep: int = 8) -> None:
+        self._last = [0] * keep
+        self._next = 0
+
+    def usual(self) -> int:
+        return min(self._last)
+
+    def record(self, ns: int) -> None:
+        self._last[self._next] = ns
+        self._next = (self._next + 1) % len(self._last)
+
+
 def poll_window(usual_ns: int) -> int:
     """How long either side of a call's usual duration its caller polls for the answer: the burst
-    window, widened for long calls (whose durations vary more)."""
-    return max(BURST_POLL_NS, usual_ns // 16) if BURST_POLL_NS > 0 else 0
+    window, a little wider for long calls (whose durations vary more), never more than twice it (on
+    a small machine a polling thread takes a core that other apps' work may want)."""
+    return max(BURST_POLL_NS, min(usual_ns // 16, 2 * BURST_POLL_NS)) if BURST_POLL_NS > 0 else 0
