@@ -15,6 +15,7 @@ One run, side by side, medians:
 4. Two apps of two uids on one service (forked children that drop to uids 1000 and 1001): app A's
    HIGH executions alone, then while app B saturates the service with LOW ones (goal: A's p99 <=
    1.5x its unloaded p99); then both saturate it equally (goal: running times within 20%).
+   For comparison, the same two apps on an in-process reference driver (the scheduler alone).
 5. Client death: N connect / prepare / execute / disconnect cycles; the service's open descriptors
    and resident memory before and after.
 
@@ -41,7 +42,7 @@ import numpy as np
 import nnapi
 from nnapi.conformance.vts.models import alternating_chain
 from nnapi import OperandType as T, OperationType as Op
-from nnapi.hal import (DataLocation, ExecutionPreference, MeasureTiming, MemoryPool, Priority, Request,
+from nnapi.hal import (ClientId, DataLocation, ExecutionPreference, MeasureTiming, MemoryPool, Priority, Request,
                        RequestArgument)
 from nnapi.runtime import find_device, register_device
 from nnapi.service import ENV, connect, default_socket
@@ -319,6 +320,45 @@ def two_apps(socket_path: str, runs: int, think_ms: float) -> dict:
             "fair_ratio": min(a["running_s"], b["running_s"]) / max(a["running_s"], b["running_s"])}
 
 
+def two_apps_in_process(runs: int, think_ms: float) -> dict:
+    """The same two apps on one in-process reference driver (their uids given as the scheduler's
+    clients): what the scheduler gives without the service's threads and sockets in the way."""
+    from nnapi.drivers.reference import ReferenceDevice
+    device = ReferenceDevice()
+    high_model, low_model = chain(HIGH_OPS, HIGH_SIZE, 1), chain(LOW_OPS, LOW_SIZE, 2)
+    high = device.prepare_model(high_model.to_hal(), FAST, Priority.HIGH, None, None, None)
+    low = device.prepare_model(low_model.to_hal(), FAST, Priority.LOW, None, None, None)
+
+    def a_runs(n: int) -> list[float]:
+        request, latencies = _hal_request(HIGH_SIZE), []
+        for _ in range(n):
+            t = time.perf_counter_ns()
+            high.execute_synchronously(request, MeasureTiming.NO, None, None, client=ClientId(1000))
+            latencies.append((time.perf_counter_ns() - t) / 1e6)
+            time.sleep(think_ms / 1000)
+        return latencies
+
+    a_runs(5)
+    alone = a_runs(runs)
+    stop = threading.Event()
+
+    def b_loop() -> None:
+        request = _hal_request(LOW_SIZE)
+        while not stop.is_set():
+            low.execute_synchronously(request, MeasureTiming.NO, None, None, client=ClientId(1001))
+
+    workers = [threading.Thread(target=b_loop, daemon=True) for _ in range(2)]
+    for t in workers:
+        t.start()
+    time.sleep(0.3)
+    loaded = a_runs(runs)
+    stop.set()
+    for t in workers:
+        t.join()
+    return {"high_p99_alone_ms": pct(alone, 99), "high_p99_loaded_ms": pct(loaded, 99),
+            "p99_loaded_over_alone": pct(loaded, 99) / pct(alone, 99)}
+
+
 # --- 5. client death -----------------------------------------------------------------------------------------
 def cycles(socket_path: str, n: int) -> dict:
     model = add_model(64)
@@ -389,6 +429,10 @@ def main() -> None:
             print(f"4. two apps (uids {q['uids']}): A HIGH p99 alone {q['high_p99_alone_ms']:.2f} ms, with B saturating "
                   f"LOW {q['high_p99_loaded_ms']:.2f} ms ({q['p99_loaded_over_alone']:.2f}x); equal load: running "
                   f"{q['fair_running_s'][0]:.2f} s vs {q['fair_running_s'][1]:.2f} s (ratio {q['fair_ratio']:.2f})")
+        if "qos" not in skip:
+            figures["two_apps_in_process"] = q = two_apps_in_process(300, 5.0)
+            print(f"   the same two apps in-process (the scheduler alone): A HIGH p99 alone {q['high_p99_alone_ms']:.2f} "
+                  f"ms, with B {q['high_p99_loaded_ms']:.2f} ms ({q['p99_loaded_over_alone']:.2f}x)")
         if "cycles" not in skip:
             figures["cycles"] = cy = cycles(services["reference"].socket, args.cycles)
             print(f"5. {cy['cycles']} client cycles ({cy['cycle_ms']:.1f} ms each): service fds {cy['fds_before']} -> "
