@@ -201,6 +201,6 @@ class Durations:
 
 def poll_window(usual_ns: int) -> int:
     """How long either side of a call's usual duration its caller polls for the answer: the burst
-    window, a little wider for long calls (whose durations vary more), never more than twice it (on
-    a small machine a polling thread takes a core that other apps' work may want)."""
-    return max(BURST_POLL_NS, min(usual_ns // 16, 2 * BURST_POLL_NS)) if BURST_POLL_NS > 0 else 0
+    window, wider for long calls (whose durations vary more; waking after a long sleep costs this
+    machine 100-200 us), at most 2 ms (a polling thread takes a core other work may want)."""
+    return max(BURST_POLL_NS, min(usual_ns // 16, 2_000_000)) if BURST_POLL_NS > 0 else 0
