@@ -403,3 +403,38 @@ def test_serve_command(service, tmp_path):
         stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0 and stdout.strip() == f"ready {stale}" and not stale.exists()
     assert "serving reference" in stderr
+
+
+def _service_memfd_mappings(service) -> int:
+    with open(f"/proc/{service.pid}/maps") as f:
+        return sum(1 for line in f if "/memfd:nnapi-test-pool" in line)
+
+
+def test_a_clients_shared_memory_is_mapped_once_and_let_go_when_it_disconnects(service):
+    """Memory sent with every request is mapped by the service once (not per request), and what the
+    service keeps mapped for a client goes with it: the app's memory is not held after it leaves."""
+    from nnapi.memory import allocate_ashmem as allocate
+    device = connect(service.socket)
+    prepared = device.prepare_model(add_relu_model().to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER,
+                                    Priority.MEDIUM, None, None, None)
+    big = allocate(1 << 20, name="nnapi-test-pool")  # over the size the service keeps mapped
+    out = allocate_ashmem(16)
+    try:
+        map_handle(big).write(0, np.concatenate([X, Y]))
+        request = Request([RequestArgument(False, DataLocation(0, 0, 16)),
+                           RequestArgument(False, DataLocation(0, 16, 16))],
+                          [RequestArgument(False, DataLocation(1, 0, 16))],
+                          [MemoryPool(handle=big), MemoryPool(handle=out)])
+        before = _service_memfd_mappings(service)
+        for _ in range(3):
+            prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
+            np.testing.assert_array_equal(map_handle(out).array(0, 16, np.float32, (4,)), np.maximum(X + Y, 0))
+        assert _service_memfd_mappings(service) == before + 1
+        device.close()
+        end = time.monotonic() + 10
+        while _service_memfd_mappings(service) != before:
+            assert time.monotonic() < end, "the service still maps the memory of a client that left"
+            time.sleep(0.02)
+    finally:
+        close_handle(big)
+        close_handle(out)

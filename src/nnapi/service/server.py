@@ -143,7 +143,9 @@ class _Client:
         self.in_flight = 0
         self.greeted = False
         self.closed = False
-        self.mappings = MappingCache()  # this client's shared memory, mapped once
+        # This client's shared memory, mapped once; what it keeps mapped (at most 256 MiB) stays
+        # allocated after the app frees it, until it is pushed out or the client disconnects.
+        self.mappings = MappingCache(max_bytes=256 << 20)
 
     def __repr__(self) -> str:
         return f"client pid {self.creds.pid} uid {self.creds.uid}"
