@@ -289,6 +289,7 @@ class Service:
         self._threads = 0          # service threads
         self._waiting = 0          # of them, waiting for I/O
         self._max_threads = workers
+        self._polling = False  # a thread polls for the next call (one at a time: each takes a core)
         self._listener: socket.socket | None = None
         self._inode: tuple[int, int] | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -429,16 +430,24 @@ class Service:
 
     def _next_task(self, poll_ns: int = 0) -> Callable[[], None] | None:
         """A queued call, else wait for one event and handle it (accept, read, inline calls). A thread
-        that just answered a call polls for `poll_ns` first: a client's next call usually follows its
-        answer at once, and then finds a thread awake."""
+        that just answered a call polls for `poll_ns` first, unless another thread already polls: a
+        client's next call usually follows its answer at once, and then finds a thread awake."""
         try:
             return self._ready.popleft()
         except IndexError:
             pass
         with self._lock:
             self._waiting += 1
+            poll = poll_ns and not self._polling
+            if poll:
+                self._polling = True
         try:
-            events = _poll_for_a_moment(self._epoll, poll_ns) if poll_ns else None
+            events = None
+            if poll:
+                try:
+                    events = _poll_for_a_moment(self._epoll, poll_ns)
+                finally:
+                    self._polling = False
             if not events:
                 events = self._epoll.poll(30.0, 1)
         finally:
