@@ -15,7 +15,9 @@ One run, side by side, medians:
 4. Two apps of two uids on one service (forked children that drop to uids 1000 and 1001): app A's
    HIGH executions alone, then while app B saturates the service with LOW ones (goal: A's p99 <=
    1.5x its unloaded p99); then both saturate it equally (goal: running times within 20%).
-   For comparison, the same two apps on an in-process reference driver (the scheduler alone).
+   For comparison, the same two apps on an in-process reference driver (the scheduler alone), and
+   on a served openvino driver (native kernels: little of the driver's own Python competes with the
+   service's threads for the interpreter lock).
 5. Client death: N connect / prepare / execute / disconnect cycles; the service's open descriptors
    and resident memory before and after.
 
@@ -359,6 +361,11 @@ def two_apps_in_process(runs: int, think_ms: float) -> dict:
             "p99_loaded_over_alone": pct(loaded, 99) / pct(alone, 99)}
 
 
+def installed_drivers() -> set[str]:
+    from importlib.metadata import entry_points
+    return {ep.name for ep in entry_points(group="nnapi.drivers")}
+
+
 # --- 5. client death -----------------------------------------------------------------------------------------
 def cycles(socket_path: str, n: int) -> dict:
     model = add_model(64)
@@ -433,6 +440,12 @@ def main() -> None:
             figures["two_apps_in_process"] = q = two_apps_in_process(300, 5.0)
             print(f"   the same two apps in-process (the scheduler alone): A HIGH p99 alone {q['high_p99_alone_ms']:.2f} "
                   f"ms, with B {q['high_p99_loaded_ms']:.2f} ms ({q['p99_loaded_over_alone']:.2f}x)")
+        if "qos" not in skip and os.geteuid() == 0 and "openvino" in installed_drivers():
+            services["openvino"] = start("openvino", default_socket("openvino", directory), state, timeout=600)
+            figures["two_apps_openvino"] = q = two_apps(services["openvino"].socket, 60, 5.0)
+            print(f"   the same two apps on a served openvino driver (native kernels): "
+                  f"A HIGH p99 alone {q['high_p99_alone_ms']:.2f} ms, with B {q['high_p99_loaded_ms']:.2f} ms "
+                  f"({q['p99_loaded_over_alone']:.2f}x)")
         if "cycles" not in skip:
             figures["cycles"] = cy = cycles(services["reference"].socket, args.cycles)
             print(f"5. {cy['cycles']} client cycles ({cy['cycle_ms']:.1f} ms each): service fds {cy['fds_before']} -> "
