@@ -451,3 +451,45 @@ def test_a_preempted_task_whose_deadline_passes_while_paused_ends_transient():
         assert time.monotonic() < deadline
         time.sleep(0.001)
     assert s.snapshot()["running"] == 0 and s.snapshot()["queued"] == 0 and s._free == s.workers
+
+
+def test_a_hold_never_outlasts_the_fair_share_it_makes_up_for():
+    # App 1 has run 40 ms on both slots when app 2's work arrives and holds it; app 2's work runs
+    # long, and once app 2 has caught up (about 10 ms of running) app 1 gets a slot again while it
+    # still runs: no app is starved by another's long work.
+    clock = FakeClock()
+    s = Scheduler(workers=2, clock=clock, quantum_ns=20 * MS, handoff_ns=int(WAIT * 1e9))
+    stop = threading.Event()
+    running = threading.Barrier(3)
+    tickets = [s.submit(client=1) for _ in range(2)]
+
+    def long() -> None:
+        running.wait(WAIT)
+        while not stop.is_set():
+            checkpoint("loop")
+            time.sleep(0.0005)
+
+    threads = [threading.Thread(target=t.run, args=(long,), daemon=True) for t in tickets]
+    for t in threads:
+        t.start()
+    running.wait(WAIT)
+    clock.advance(20 * MS)
+    seen: dict = {}
+
+    def light_but_long() -> None:
+        seen["held"] = s.snapshot()["apps"][1]["running"] == 0
+        for step in range(2000):  # 1 ms of running per step
+            checkpoint("step")
+            clock.advance(MS)
+            time.sleep(0.001)
+            if s.snapshot()["apps"][1]["running"]:
+                seen["app 1 back after ms"] = step + 1
+                return
+
+    order: list = []
+    b = launch(s, light_but_long, order, "b", client=2)
+    join([b])
+    stop.set()
+    join(threads)
+    assert order == ["b"] and seen["held"]
+    assert 5 <= seen["app 1 back after ms"] <= 40, seen

@@ -409,34 +409,44 @@ class Scheduler:
             top._handoff = victim
             top._owed = True
             self._start(app, top, now)
+            self._watch_holds()
 
     def _holding(self) -> bool:
         """Whether work of an app that is behind runs (or has just run: `grace_ns`)."""
         return self._grace_app is not None or any(t._owed for t in self._running)
 
     def _begin_grace(self, app: _App) -> None:
-        """`app`'s work on a lent slot ended: hold the apps it paused `grace_ns` longer (in real time),
-        ended by the scheduler's grace thread (started the first time)."""
+        """`app`'s work on a lent slot ended: hold the apps it paused `grace_ns` longer (in real time)."""
         self._grace_app, self._grace_until = app, time.monotonic_ns() + self.grace_ns
+        self._watch_holds()
+
+    def _watch_holds(self) -> None:
+        """Wake the thread that ends holds (started the first time; the lock is held)."""
         if self._grace_thread is None or not self._grace_thread.is_alive():
-            self._grace_thread = threading.Thread(target=self._grace_loop, daemon=True, name=f"qos-{self.name}")
+            self._grace_thread = threading.Thread(target=self._hold_loop, daemon=True, name=f"qos-{self.name}")
             self._grace_thread.start()
         self._grace_changed.notify()
 
-    def _grace_loop(self) -> None:
+    def _hold_loop(self) -> None:
+        """While apps are held: end the grace when it is over, and every `fair_lag_ns` grant again what
+        is no longer held (work of a light app that runs long catches up, and then stops holding
+        the others: a hold never outlasts the fair share it makes up for)."""
         with self._lock:
             while True:
-                if self._grace_app is None:
+                if not self._holding():
                     self._grace_changed.wait()
                     continue
-                left = self._grace_until - time.monotonic_ns()
-                if left > 0:
-                    self._grace_changed.wait(left / 1e9)
-                    continue
-                self._grace_app = None
+                wait = self.fair_lag_ns
+                if self._grace_app is not None:
+                    left = self._grace_until - time.monotonic_ns()
+                    if left <= 0:
+                        self._grace_app = None
+                    else:
+                        wait = min(wait, left)
                 if self._running or self._queued:
                     self._dispatch(self.clock())
                     self._update_flags()
+                self._grace_changed.wait(wait / 1e9)
 
     def _held(self, app: _App, now: int) -> bool:
         """Whether `app` pauses (and is granted nothing) for an app it is ahead of by more than the lag:
@@ -458,6 +468,8 @@ class Scheduler:
         if self.fair_lag_ns and not ticket._owed:  # behind the apps running now: they pause for it
             limit = app.vtime + self.fair_lag_ns
             ticket._owed = any(t.app is not app and self._vtime(t.app, now) > limit for t in self._running)
+            if ticket._owed:
+                self._watch_holds()
         app.running.append(ticket)
         self._running.append(ticket)
         self._free -= 1
