@@ -374,43 +374,56 @@ def test_a_light_app_gets_a_lent_slot_from_an_app_far_ahead():
     assert ticket.preemptions == 1 and ticket.preempted_at == ["step 11"]
 
 
+class BusyApp:
+    """App 1 running two long tasks on both slots of a two-slot scheduler (fake clock), 40 ms of
+    running time ahead of anyone else once started; `finish()` ends its tasks."""
+
+    def __init__(self) -> None:
+        self.clock = FakeClock()
+        self.scheduler = Scheduler(workers=2, clock=self.clock, quantum_ns=20 * MS, handoff_ns=int(WAIT * 1e9))
+        self.stop = threading.Event()
+        running = threading.Barrier(3)
+        self.tickets = [self.scheduler.submit(client=1) for _ in range(2)]
+
+        def long() -> None:
+            running.wait(WAIT)
+            while not self.stop.is_set():
+                checkpoint("loop")
+                time.sleep(0.0005)
+
+        self.threads = [threading.Thread(target=t.run, args=(long,), daemon=True) for t in self.tickets]
+        for t in self.threads:
+            t.start()
+        running.wait(WAIT)
+        self.clock.advance(20 * MS)  # app 1 has run 40 ms on its two slots
+
+    def running(self) -> int:
+        return self.scheduler.snapshot()["apps"][1]["running"]
+
+    def finish(self) -> None:
+        self.stop.set()
+        join(self.threads)
+
+
 def test_a_light_apps_work_pauses_every_running_task_of_the_app_far_ahead():
     # Two slots, both busy with app 1 (far ahead in running time). App 2's short work starts on a
     # lent slot, and both of app 1's tasks pause until it is done (and a grace after), so the apps
     # do not contend for the CPUs and the interpreter lock meanwhile; then app 1 resumes.
-    clock = FakeClock()
-    s = Scheduler(workers=2, clock=clock, quantum_ns=20 * MS, handoff_ns=int(WAIT * 1e9))
-    stop = threading.Event()
-    running = threading.Barrier(3)
-    tickets = [s.submit(client=1) for _ in range(2)]
-
-    def long() -> None:
-        running.wait(WAIT)
-        while not stop.is_set():
-            checkpoint("loop")
-            time.sleep(0.0005)
-
-    threads = [threading.Thread(target=t.run, args=(long,), daemon=True) for t in tickets]
-    for t in threads:
-        t.start()
-    running.wait(WAIT)
-    clock.advance(20 * MS)  # app 1 has run 40 ms on its two slots
+    busy = BusyApp()
     seen = {}
 
     def short() -> None:
-        seen["app 1 running"] = s.snapshot()["apps"][1]["running"]
+        seen["app 1 running"] = busy.running()
 
     order: list = []
-    b = launch(s, short, order, "b", client=2)
-    join([b])
+    join([launch(busy.scheduler, short, order, "b", client=2)])
     assert order == ["b"] and seen["app 1 running"] == 0
     wait_until = time.monotonic() + WAIT
-    while s.snapshot()["apps"][1]["running"] != 2:  # resumed once the grace is over
+    while busy.running() != 2:  # resumed once the grace is over
         assert time.monotonic() < wait_until
         time.sleep(0.001)
-    stop.set()
-    join(threads)
-    assert [t.preemptions for t in tickets] == [1, 1]
+    busy.finish()
+    assert [t.preemptions for t in busy.tickets] == [1, 1]
 
 
 def test_running_time_stops_while_preempted():
@@ -457,39 +470,21 @@ def test_a_hold_never_outlasts_the_fair_share_it_makes_up_for():
     # App 1 has run 40 ms on both slots when app 2's work arrives and holds it; app 2's work runs
     # long, and once app 2 has caught up (about 10 ms of running) app 1 gets a slot again while it
     # still runs: no app is starved by another's long work.
-    clock = FakeClock()
-    s = Scheduler(workers=2, clock=clock, quantum_ns=20 * MS, handoff_ns=int(WAIT * 1e9))
-    stop = threading.Event()
-    running = threading.Barrier(3)
-    tickets = [s.submit(client=1) for _ in range(2)]
-
-    def long() -> None:
-        running.wait(WAIT)
-        while not stop.is_set():
-            checkpoint("loop")
-            time.sleep(0.0005)
-
-    threads = [threading.Thread(target=t.run, args=(long,), daemon=True) for t in tickets]
-    for t in threads:
-        t.start()
-    running.wait(WAIT)
-    clock.advance(20 * MS)
+    busy = BusyApp()
     seen: dict = {}
 
     def light_but_long() -> None:
-        seen["held"] = s.snapshot()["apps"][1]["running"] == 0
+        seen["held"] = busy.running() == 0
         for step in range(2000):  # 1 ms of running per step
             checkpoint("step")
-            clock.advance(MS)
+            busy.clock.advance(MS)
             time.sleep(0.001)
-            if s.snapshot()["apps"][1]["running"]:
+            if busy.running():
                 seen["app 1 back after ms"] = step + 1
                 return
 
     order: list = []
-    b = launch(s, light_but_long, order, "b", client=2)
-    join([b])
-    stop.set()
-    join(threads)
+    join([launch(busy.scheduler, light_but_long, order, "b", client=2)])
+    busy.finish()
     assert order == ["b"] and seen["held"]
     assert 5 <= seen["app 1 back after ms"] <= 40, seen
