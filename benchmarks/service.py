@@ -48,7 +48,7 @@ from nnapi.hal import (ClientId, DataLocation, ExecutionPreference, MeasureTimin
                        RequestArgument)
 from nnapi.runtime import find_device, register_device
 from nnapi.service import ENV, connect, default_socket
-from nnapi.service.cli import start
+from nnapi.service.cli import installed_drivers, start
 
 SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared")
 MOBILENET = os.path.join(SHARED, "models", "keras", "mobilenet_v2_f32.tflite")
@@ -359,11 +359,6 @@ def two_apps_in_process(runs: int, think_ms: float) -> dict:
         t.join()
     return {"high_p99_alone_ms": pct(alone, 99), "high_p99_loaded_ms": pct(loaded, 99),
             "p99_loaded_over_alone": pct(loaded, 99) / pct(alone, 99)}
-
-
-def installed_drivers() -> set[str]:
-    from importlib.metadata import entry_points
-    return {ep.name for ep in entry_points(group="nnapi.drivers")}
 
 
 # --- 5. client death -----------------------------------------------------------------------------------------

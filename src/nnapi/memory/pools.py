@@ -154,8 +154,8 @@ def map_handle(handle: MemoryHandle) -> MappedPool:
             return MappedPool(memoryview(m), m, writable=writable)
         if handle.name == "mmap_fd":
             (fd,) = handle.fds
-            prot, lo, hi = handle.ints
-            offset = lo | (hi << 32)
+            prot, _, _ = handle.ints
+            offset = mmap_fd_offset(handle)
             page = mmap.ALLOCATIONGRANULARITY
             base = offset - offset % page
             m = mmap.mmap(fd, handle.size + offset - base, mmap.MAP_SHARED, prot, offset=base)
@@ -164,6 +164,12 @@ def map_handle(handle: MemoryHandle) -> MappedPool:
     except (ValueError, OSError, TypeError) as e:
         raise NnError(ErrorStatus.GENERAL_FAILURE, f"could not map {handle.name} pool: {e}") from None
     raise NnError(ErrorStatus.GENERAL_FAILURE, f"cannot map memory pool of kind {handle.name!r}")
+
+
+def mmap_fd_offset(handle: MemoryHandle) -> int:
+    """Where an `mmap_fd` handle's region starts in its file (ints: prot, offset low 32, high 32)."""
+    _, lo, hi = handle.ints
+    return lo | (hi << 32)
 
 
 def map_pool(pool: MemoryPool) -> MappedPool:
@@ -205,7 +211,7 @@ class MappingCache:
             return map_handle(handle)
         end = handle.size
         if handle.name == "mmap_fd" and len(handle.ints) == 3:
-            end += handle.ints[1] | (handle.ints[2] << 32)
+            end += mmap_fd_offset(handle)
         key = (st.st_dev, st.st_ino, handle.name, handle.ints, handle.size, access,
                handle.name == "ashmem" and is_sealed(handle))
         with self._lock:

@@ -242,11 +242,11 @@ class Scheduler:
         self.grace_ns = (self.quantum_ns or 0) // 20
         self._grace_app: _App | None = None
         self._grace_until = 0
-        self._grace_thread: threading.Thread | None = None
+        self._hold_thread: threading.Thread | None = None  # ends graces, re-evaluates holds
         self.exclusive = exclusive and not self.fifo
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # a running ticket stopped (finished or paused)
-        self._grace_changed = threading.Condition(self._lock)
+        self._holds_changed = threading.Condition(self._lock)
         #: How long work started on a lent slot waits for the lender to pause (0: never waits; for
         #: drivers whose checkpoints are far apart, such as compiled sub-models).
         self.handoff_ns = handoff_ns
@@ -407,9 +407,7 @@ class Scheduler:
             victim = max(victims, key=lambda t: (self._vtime(t.app, now), -t.rank, t.seq))
             victim._lent = True
             top._handoff = victim
-            top._owed = True
-            self._start(app, top, now)
-            self._watch_holds()
+            self._start(app, top, now)  # (which finds it owed)
 
     def _holding(self) -> bool:
         """Whether work of an app that is behind runs (or has just run: `grace_ns`)."""
@@ -422,10 +420,10 @@ class Scheduler:
 
     def _watch_holds(self) -> None:
         """Wake the thread that ends holds (started the first time; the lock is held)."""
-        if self._grace_thread is None or not self._grace_thread.is_alive():
-            self._grace_thread = threading.Thread(target=self._hold_loop, daemon=True, name=f"qos-{self.name}")
-            self._grace_thread.start()
-        self._grace_changed.notify()
+        if self._hold_thread is None or not self._hold_thread.is_alive():
+            self._hold_thread = threading.Thread(target=self._hold_loop, daemon=True, name=f"qos-{self.name}")
+            self._hold_thread.start()
+        self._holds_changed.notify()
 
     def _hold_loop(self) -> None:
         """While apps are held: end the grace when it is over, and every `fair_lag_ns` grant again what
@@ -434,7 +432,7 @@ class Scheduler:
         with self._lock:
             while True:
                 if not self._holding():
-                    self._grace_changed.wait()
+                    self._holds_changed.wait()
                     continue
                 wait = self.fair_lag_ns
                 if self._grace_app is not None:
@@ -446,7 +444,7 @@ class Scheduler:
                 if self._running or self._queued:
                     self._dispatch(self.clock())
                     self._update_flags()
-                self._grace_changed.wait(wait / 1e9)
+                self._holds_changed.wait(wait / 1e9)
 
     def _held(self, app: _App, now: int) -> bool:
         """Whether `app` pauses (and is granted nothing) for an app it is ahead of by more than the lag:
@@ -496,12 +494,13 @@ class Scheduler:
         if self.fifo:
             return
         waiting_apps = [a for a in self._apps.values() if self._eligible(a) is not None]
-        now = self.clock() if self._holding() else 0
+        holding = self._holding()
+        now = self.clock() if holding else 0
         for t in self._running:
             app = t.app
             top = app.top() if app.queued else None
             if t._lent or (top is not None and top.rank > t.rank) or (
-                    self.exclusive and app.top_running_rank() > t.rank) or (now and self._held(app, now)):
+                    self.exclusive and app.top_running_rank() > t.rank) or (holding and self._held(app, now)):
                 if t._yield_at != 0 and t._preempt is not None:
                     try:  # native work without checkpoints: stop it now, it restarts when granted again
                         t._preempt()

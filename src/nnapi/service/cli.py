@@ -72,9 +72,14 @@ def secure_state_dir(path: str | None) -> str:
     return path
 
 
+def installed_drivers() -> dict:
+    """The installed drivers' `nnapi.drivers` entry points, by name (none loaded)."""
+    return {ep.name: ep for ep in entry_points(group="nnapi.drivers")}
+
+
 def load_driver(name: str):
     """A new device of the installed driver `name` (its `nnapi.drivers` entry point)."""
-    found = {ep.name: ep for ep in entry_points(group="nnapi.drivers")}
+    found = installed_drivers()
     if name not in found:
         raise LookupError(f"no driver named {name!r} is installed (installed: {', '.join(sorted(found)) or 'none'})")
     return found[name].load()()

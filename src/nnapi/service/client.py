@@ -760,7 +760,9 @@ class _Remote:
 class ServicePreparedModel(_Remote, IPreparedModel):
     """A model prepared by a served driver."""
 
-    _durations: Durations | None = None  # of synchronous executions (their answers are polled for then)
+    def __init__(self, device: ServiceDevice, oid: Any) -> None:
+        super().__init__(device, oid)
+        self._durations = Durations()  # of synchronous executions (their answers are polled for then)
 
     @_hal
     def execute_synchronously(self, request: Request, measure, deadline: int | None, loop_timeout_ns: int | None, *,
@@ -771,8 +773,6 @@ class ServicePreparedModel(_Remote, IPreparedModel):
             args = [enc.request(staged.request), codec._plain(measure), codec._plain(deadline),
                     codec._plain(loop_timeout_ns)]
             durations = self._durations
-            if durations is None:
-                durations = self._durations = Durations()
             start = time.monotonic_ns()
             shapes, timing = _shapes_timing(self.device.connection.call("execute_synchronously", self.oid, args, enc,
                                                                         usual_ns=durations.usual()))

@@ -41,7 +41,8 @@ from . import codec
 from .codec import (CALL, EVENT, REPLY, Decoder, Encoder, check_bytes, check_int, check_list, check_opt_int,
                     check_str)
 from .peer import Credentials, peer_credentials
-from .wire import BURST_POLL_NS, FrameDecoder, ProtocolError, close_fds, poll_window, receive, recv_chunk, send_frame
+from .wire import (BURST_POLL_NS, FrameDecoder, ProtocolError, close_fds, poll_until, poll_window, receive,
+                   recv_chunk, send_frame)
 
 log = logging.getLogger("nnapi.service")
 
@@ -445,7 +446,7 @@ class Service:
             events = None
             if poll:
                 try:
-                    events = _poll_for_a_moment(self._epoll, poll_ns)
+                    events = poll_until(time.monotonic_ns() + poll_ns, lambda: self._epoll.poll(0, 1) or None)
                 finally:
                     self._polling = False
             if not events:
@@ -920,16 +921,6 @@ class Service:
         handle, dims = check_list(args, "copy_from arguments", length=2)
         dims = [check_int(d, "copy_from dimension") for d in check_list(dims, "copy_from dimensions", codec.MAX_RANK)]
         buffer.copy_from(call.dec.handle(handle, "copy_from memory"), dims)
-
-
-def _poll_for_a_moment(epoll: select.epoll, poll_ns: int) -> list:
-    """One event if one comes within `poll_ns`, without sleeping (the CPU is yielded each turn)."""
-    end = time.monotonic_ns() + poll_ns
-    while True:
-        events = epoll.poll(0, 1)
-        if events or time.monotonic_ns() >= end:
-            return events
-        os.sched_yield()
 
 
 def _rss_bytes() -> int:

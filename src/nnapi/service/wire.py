@@ -21,7 +21,9 @@ import socket
 import struct
 import time
 from collections import deque
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
+
+T = TypeVar("T")
 
 MAGIC = b"NNSV"
 HEADER = struct.Struct("<4sHHQ")
@@ -166,16 +168,27 @@ def receive(sock: socket.socket, poll_ns: int, due_ns: int = 0) -> tuple[bytes, 
             readable, _, _ = select.select([sock], [], [], (due_ns - poll_ns - now) / 1e9)
             if readable:
                 return recv_chunk(sock)
-        end = max(now, due_ns) + poll_ns
-        while True:
+
+        def attempt() -> tuple[bytes, list[int]] | None:
             try:
                 return recv_chunk(sock, _DONTWAIT)
             except (BlockingIOError, InterruptedError):
-                pass
-            if time.monotonic_ns() >= end:
-                break
-            os.sched_yield()
+                return None
+
+        got = poll_until(max(now, due_ns) + poll_ns, attempt)
+        if got is not None:
+            return got
     return recv_chunk(sock)
+
+
+def poll_until(end_ns: int, attempt: Callable[[], T | None]) -> T | None:
+    """`attempt()` until it gives something or `end_ns` (monotonic) passes, without sleeping: the
+    CPU is yielded at each turn, so polling only uses a core nothing else wants."""
+    while True:
+        got = attempt()
+        if got is not None or time.monotonic_ns() >= end_ns:
+            return got
+        os.sched_yield()
 
 
 _CLOEXEC, _DONTWAIT = int(socket.MSG_CMSG_CLOEXEC), int(socket.MSG_DONTWAIT)  # (plain ints: cheaper)
