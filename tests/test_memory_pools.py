@@ -470,6 +470,31 @@ def test_numpy_arguments_are_used_in_place(monkeypatch):
     main = c.model.to_hal().main
     assert seen[main.input_indexes[0]] == _address(a) and seen[main.input_indexes[1]] == _address(b)
     np.testing.assert_array_equal(out, 2)
+    seen.clear()
+    (y,) = c.execute([a, b])  # the common case, without an Execution object: in place as well
+    assert seen[main.input_indexes[0]] == _address(a) and seen[main.input_indexes[1]] == _address(b)
+    np.testing.assert_array_equal(y, 2)
+
+
+def test_a_numpy_pool_gives_views_of_the_array_and_keeps_its_access():
+    from nnapi.hal import MemoryPool
+    array = np.arange(8, dtype=np.float32)
+    pool = map_pool(MemoryPool(pointer=array))
+    assert pool.size == 32 and pool.writable
+    assert _address(pool.array(0, 32, np.dtype(np.float32), (2, 4))) == _address(array)
+    np.testing.assert_array_equal(pool.array(8, 8, np.dtype(np.float32), (2,)), [2, 3])
+    pool.write(4, np.array([10, 11], np.float32))
+    np.testing.assert_array_equal(array[:4], [0, 10, 11, 3])
+    assert bytes(pool.view(0, 4)) == np.float32(0).tobytes()
+    with pytest.raises(NnError, match=r"region \[28, 36\) is outside the pool of 32 bytes"):
+        pool.view(28, 8)
+    array.flags.writeable = False
+    frozen = map_pool(MemoryPool(pointer=array))
+    assert not frozen.writable
+    with pytest.raises(NnError, match="read-only"):
+        frozen.write(0, np.zeros(1, np.float32))
+    strided = map_pool(MemoryPool(pointer=np.zeros(8, np.float32)[::2].copy()))  # any buffer still maps
+    assert strided.size == 16
 
 
 def test_ashmem_sealed_once_written():

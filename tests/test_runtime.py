@@ -25,6 +25,30 @@ def test_add_relu_computes(add_relu):
     np.testing.assert_array_equal(y, np.maximum(a + b, 0))
 
 
+@pytest.mark.parametrize("device", ["reference", "xla", "openvino"])
+def test_execute_gives_fresh_outputs_and_takes_any_array(add_relu, device):
+    """`Compilation.execute` (its common case runs without an Execution object) returns new arrays on
+    every call, converts inputs of another dtype or layout, and honours its timeout."""
+    if device not in [d.name for d in nnapi.devices()]:
+        pytest.skip(f"{device} is not installed")
+    c = nnapi.Compilation(add_relu, devices=[device]).finish()
+    a = np.array([1, -5, 2, 0.5], np.float32)
+    b = np.array([1, 1, -3, 0.25], np.float32)
+    (first,) = c.execute([a, b])
+    (second,) = c.execute([b, b])
+    assert first is not second and first.shape == (4,) and first.dtype == np.float32
+    np.testing.assert_array_equal(first, np.maximum(a + b, 0))  # not overwritten by the second call
+    np.testing.assert_array_equal(second, np.maximum(b + b, 0))
+    strided = np.array([1, 9, -5, 9, 2, 9, 0.5, 9], np.float32)[::2]
+    for x in (a.astype(np.float64), strided, [1, -5, 2, 0.5]):
+        (y,) = c.execute([x, b], timeout=10.0)
+        np.testing.assert_array_equal(y, np.maximum(a + b, 0))
+    with pytest.raises(nnapi.NnError, match="invalid timeout"):
+        c.execute([a, b], timeout=-1)
+    with pytest.raises(nnapi.NnError, match="1 inputs given, the model has 2"):
+        c.execute([a])
+
+
 def test_large_value_moves_to_shared_pool_at_finish():
     m = add_relu_model(64, large_constant=True)
     hal_model = m.to_hal()

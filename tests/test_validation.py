@@ -8,6 +8,7 @@ from typing import Callable
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nnapi.hal import (DataLocation, ErrorStatus, MemoryPool, Model, NnError, Operand, OperandLifeTime as L,
                        OperandType as T, Operation, OperationType as Op, Request, RequestArgument, Subgraph,
@@ -15,7 +16,7 @@ from nnapi.hal import (DataLocation, ErrorStatus, MemoryPool, Model, NnError, Op
 from nnapi.hal.enums import OPERATION_TYPE_FUNDAMENTAL_MAX
 from nnapi.memory import allocate_ashmem, close_handle, map_handle
 from nnapi.ops import OperationRegistration, UnknownValue
-from nnapi.validation import (build_operation_context, infer_model_shapes, validate_model, validate_preference,
+from nnapi.validation import (RequestChecker, build_operation_context, infer_model_shapes, validate_model, validate_preference,
                               validate_priority, validate_request)
 from nnapi.validation import shapes as shapes_module
 
@@ -804,3 +805,58 @@ def test_malformed_request_never_crashes(model, request_):
     expect_invalid(lambda: validate_request(changed(request_, inputs=[arg(dims=("a",))]), model),
                    "request input 0: dimensions must be 32-bit unsigned integers")
     expect_invalid(lambda: validate_request(None, model), "expected a Request")
+
+
+# --- the fast check of plain requests -----------------------------------------------------------------
+def _outcome(fn: Callable[[], None]) -> str | None:
+    try:
+        fn()
+        return None
+    except NnError as e:
+        assert e.status == ErrorStatus.INVALID_ARGUMENT
+        return e.message
+
+
+_FIELD_VALUES = {"pool_index": [1, 2, 3, -1], "offset": [4, -4, 2**64], "length": [0, 20, 28, 24.0, True],
+                 "dimensions": [(2, 3), [2, 3], (3, 2), (2, 3, 1), (0, 3)], "has_no_value": [True]}
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(edits=st.lists(st.tuples(st.integers(0, 2), st.sampled_from(sorted(_FIELD_VALUES)), st.integers(0, 4)),
+                      max_size=2),
+       pool_edit=st.sampled_from(["none", "read-only", "bytearray", "short", "strided", "token"]))
+def test_the_fast_request_check_agrees_with_validate_request(model, edits, pool_edit):
+    """`RequestChecker` passes exactly the requests `validate_request` passes, and refuses the others
+    with its message (the fast path only ever says yes)."""
+    arrays = [np.zeros(6, np.float32) for _ in range(3)]
+    pools = [MemoryPool(pointer=a) for a in arrays]
+    fields = [{"has_no_value": False, "pool_index": k, "offset": 0, "length": 24, "dimensions": ()} for k in range(3)]
+    for k, field, choice in edits:
+        values = _FIELD_VALUES[field]
+        fields[k][field] = values[choice % len(values)]
+    args = [RequestArgument(f["has_no_value"], DataLocation(f["pool_index"], f["offset"], f["length"]),
+                            f["dimensions"]) for f in fields]
+    if pool_edit == "read-only":
+        arrays[1].flags.writeable = False
+    elif pool_edit == "bytearray":
+        pools[2] = MemoryPool(pointer=bytearray(24))
+    elif pool_edit == "short":
+        pools[0] = MemoryPool(pointer=np.zeros(5, np.float32))
+    elif pool_edit == "strided":
+        pools[1] = MemoryPool(pointer=np.zeros(12, np.float32)[::2])
+    elif pool_edit == "token":
+        pools[2] = MemoryPool(token=7)
+    request = Request(args[:1], args[1:], pools)
+    assert _outcome(lambda: RequestChecker(model)(request)) == _outcome(lambda: validate_request(request, model))
+
+
+def test_the_fast_request_check_takes_the_plain_case(model):
+    request = Request([RequestArgument(location=DataLocation(0, 0, 24))],
+                      [RequestArgument(location=DataLocation(k, 0, 24)) for k in (1, 2)],
+                      [MemoryPool(pointer=np.zeros(6, np.float32)) for _ in range(3)])
+    checker = RequestChecker(model)
+    assert checker._plain(request)
+    request.pools[1].pointer.flags.writeable = False  # an output into a read-only array
+    assert not checker._plain(request)
+    with pytest.raises(NnError, match="request output 0: pool 1 is a read-only buffer"):
+        checker(request)

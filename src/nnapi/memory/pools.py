@@ -119,6 +119,16 @@ class MappedPool:
             return whole.reshape(shape)
         return np.frombuffer(self.view(offset, length), dtype=dtype).reshape(shape)
 
+    def is_region(self, value: np.ndarray, offset: int) -> bool:
+        """True when `value` is a contiguous array starting at `offset` of this pool (a view of it)."""
+        if value.base is None:  # (it owns its memory)
+            return False
+        try:
+            start = np.frombuffer(self.view(offset, 1), np.uint8).ctypes.data
+        except NnError:
+            return False
+        return value.ctypes.data == start and value.flags.c_contiguous
+
     def _check_writable(self) -> None:
         if not self.writable:
             raise NnError(ErrorStatus.INVALID_ARGUMENT, "the pool is read-only and cannot receive data")
@@ -139,6 +149,36 @@ class MappedPool:
         self._check_writable()
         src = memoryview(data).cast("B")
         self.view(offset, src.nbytes)[:] = src
+
+
+class ArrayPool(MappedPool):
+    """An in-process numpy buffer used whole (the runtime's usual pool): its byte view is made only
+    when a region other than the whole array is asked for."""
+
+    def __init__(self, array: np.ndarray) -> None:  # (a C-contiguous array)
+        self._whole = self._keepalive = array
+        self.size = array.nbytes
+        self.writable = bool(array.flags.writeable)
+        self._buffer: memoryview | None = None
+
+    @property
+    def buffer(self) -> memoryview:  # type: ignore[override]
+        if self._buffer is None:
+            self._buffer = memoryview(self._whole).cast("B")
+        return self._buffer
+
+    def array(self, offset: int, length: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
+        whole = self._whole
+        if offset == 0 and length == self.size and whole.dtype == dtype:
+            return whole if whole.shape == shape else whole.reshape(shape)  # (the same array: drivers may
+        return super().array(offset, length, dtype, shape)                   # keep what they set up for it)
+
+    def is_region(self, value: np.ndarray, offset: int) -> bool:
+        whole = self._whole
+        if offset == 0 and (value is whole or value.base is whole) and value.nbytes == self.size \
+                and value.flags.c_contiguous:
+            return True  # (a contiguous view as large as the array is the whole array)
+        return super().is_region(value, offset)
 
 
 def map_handle(handle: MemoryHandle) -> MappedPool:
@@ -174,8 +214,11 @@ def mmap_fd_offset(handle: MemoryHandle) -> int:
 
 def map_pool(pool: MemoryPool) -> MappedPool:
     """Map a model or request pool: shared memory or an in-process pointer (token pools have no mapping)."""
-    if pool.pointer is not None:
-        mv = memoryview(pool.pointer).cast("B")
+    pointer = pool.pointer
+    if type(pointer) is np.ndarray and pointer.flags.c_contiguous:
+        return ArrayPool(pointer)
+    if pointer is not None:
+        mv = memoryview(pointer).cast("B")
         return MappedPool(mv, pool.pointer, writable=not mv.readonly)
     if pool.handle is not None:
         return map_handle(pool.handle)

@@ -98,6 +98,40 @@ class _App:
         return max((t.rank for t in self.running), default=-1)
 
 
+class _Grant:
+    """A ticket's permission to run: a flag set and cleared under the scheduler's lock, with an event
+    made only when a thread has to wait for it (most work is granted at once, without one)."""
+
+    __slots__ = ("granted", "_event")
+
+    def __init__(self) -> None:
+        self.granted = False
+        self._event: threading.Event | None = None
+
+    def set(self) -> None:
+        self.granted = True
+        if self._event is not None:
+            self._event.set()
+
+    def clear(self) -> None:
+        self.granted = False
+        if self._event is not None:
+            self._event.clear()
+
+    def is_set(self) -> bool:
+        return self.granted
+
+    def wait(self, lock: threading.Lock, timeout: float | None) -> bool:
+        """Wait until granted (True) or `timeout` seconds pass (False); `lock` is the scheduler's."""
+        with lock:
+            if self.granted:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
+
+
 class Ticket:
     """One admitted piece of work. Run it once with `run(fn)`; `fn` calls `checkpoint()` (or the
     module-level `qos.checkpoint()`) between its units of work."""
@@ -127,7 +161,7 @@ class Ticket:
         self._handoff: Ticket | None = None  # it started on this ticket's lent slot: let it pause first
         self._owed = False           # it runs on a slot lent by another app (see `_lend_across_apps`)
         self._preempt: Callable[[], None] | None = None  # stops native work at once (see `preemptible`)
-        self._grant = threading.Event()
+        self._grant = _Grant()
         self._ran = False
 
     def running_ns(self) -> int:
@@ -537,7 +571,7 @@ class Scheduler:
             # What it still needs at least: its bound less what it already ran (when preempted).
             give_up = None if ticket.deadline is None else ticket.deadline - max(0, ticket.lower_ns - ticket.run_ns)
             timeout = None if give_up is None else min(threading.TIMEOUT_MAX, max(0.0, (give_up - self.clock()) / 1e9))
-            if ticket._grant.wait(timeout):
+            if ticket._grant.wait(self._lock, timeout):
                 return
             with self._lock:
                 if ticket.state == RUNNING:

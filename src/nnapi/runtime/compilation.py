@@ -213,8 +213,9 @@ class Compilation:
     # --- convenience ----------------------------------------------------------------------------
     def execute(self, inputs: Sequence[np.ndarray | None], timeout: float | None = None) -> list[np.ndarray]:
         """Run once on numpy inputs and return the outputs (sized from the model, grown if needed)."""
-        from .execution import Execution
-        return Execution(self).run(inputs, timeout=timeout)
+        from .execution import Execution, execute_direct
+        outputs = execute_direct(self, inputs, timeout)
+        return outputs if outputs is not None else Execution(self).run(inputs, timeout=timeout)
 
     def create_burst(self) -> "Burst":
         """A burst for consecutive executions of this compilation (ANeuralNetworksBurst_create): run them

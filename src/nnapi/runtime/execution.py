@@ -159,8 +159,7 @@ class _Io:
 
 
 _IO_FACTS: "weakref.WeakKeyDictionary[Compilation, tuple[list[_Io], list[_Io]]]" = weakref.WeakKeyDictionary()
-_DIRECT: "weakref.WeakKeyDictionary[Compilation, tuple[list[RequestArgument], list[RequestArgument]]]" = (
-    weakref.WeakKeyDictionary())
+_DIRECT: "weakref.WeakKeyDictionary[Compilation, _Direct]" = weakref.WeakKeyDictionary()
 
 
 def _io_facts(compilation: Compilation, main: hal.Subgraph) -> tuple[list[_Io], list[_Io]]:
@@ -174,6 +173,68 @@ def _io_facts(compilation: Compilation, main: hal.Subgraph) -> tuple[list[_Io], 
         facts = ([fact(i) for i in main.input_indexes], [fact(i) for i in main.output_indexes])
         _IO_FACTS[compilation] = facts
     return facts
+
+
+class _Direct:
+    """The request of a one-step compilation whose arguments are distinct numpy arrays of the operands'
+    full sizes: argument k in pool k, made once per compilation; only the pools change per execution.
+    `Compilation.execute` runs through it when every output's size is known (`run`)."""
+
+    def __init__(self, compilation: Compilation) -> None:
+        main = compilation.model.to_hal().main
+        self.ins, self.outs = _io_facts(compilation, main)
+        ios = [*self.ins, *self.outs]
+        made = [RequestArgument(False, DataLocation(k, 0, io.nbytes or 0), io.dims) for k, io in enumerate(ios)]
+        self.inputs, self.outputs = made[:len(self.ins)], made[len(self.ins):]
+        steps = compilation.steps
+        self.step: Step | None = steps[0] if (
+            len(steps) == 1 and steps[0].inputs == list(main.input_indexes)
+            and steps[0].outputs == list(main.output_indexes)) else None
+        #: Whether `run` applies: one step, every size known, no output empty or beyond the tensor limit.
+        self.runnable = self.step is not None and all(io.nbytes is not None for io in self.ins) and all(
+            io.nbytes and io.nbytes <= max_tensor_bytes() for io in self.outs)
+
+    def run(self, inputs: Sequence[np.ndarray | None], timeout: float | None) -> list[np.ndarray] | None:
+        """`Execution.run` for the common case (numpy inputs of the operands' dtype and size, outputs
+        of known size) without an Execution object: None when it does not apply."""
+        if len(inputs) != len(self.ins):
+            return None
+        pools = []
+        for x, io in zip(inputs, self.ins):
+            if type(x) is not np.ndarray or x.dtype != io.dtype or x.nbytes != io.nbytes or not x.flags.c_contiguous:
+                return None
+            pools.append(MemoryPool(pointer=x))
+        outs = [np.zeros(io.dims, io.dtype) for io in self.outs]
+        for out in outs:
+            pools.append(MemoryPool(pointer=out))
+        deadline = deadline_after(timeout_ns(timeout, "Execution.set_timeout")) if timeout else None
+        request = Request(self.inputs, self.outputs, pools)
+        step = self.step
+        try:
+            if trace.active():
+                with trace.span("execute", "execute", device=step.device.name, operations=len(step.operations)):
+                    step.prepared.execute_synchronously(request, MeasureTiming.NO, deadline, LOOP_TIMEOUT_DEFAULT_NS)
+            else:
+                step.prepared.execute_synchronously(request, MeasureTiming.NO, deadline, LOOP_TIMEOUT_DEFAULT_NS)
+        except NnError:
+            raise
+        except Exception as e:  # never let a driver bug escape as anything but NnError
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"execution failed: {type(e).__name__}: {e}") from None
+        return outs
+
+
+def _direct(compilation: Compilation) -> _Direct:
+    direct = _DIRECT.get(compilation)
+    if direct is None:
+        direct = _DIRECT[compilation] = _Direct(compilation)
+    return direct
+
+
+def execute_direct(compilation: Compilation, inputs: Sequence[np.ndarray | None],
+                   timeout: float | None) -> list[np.ndarray] | None:
+    """`Compilation.execute` without an Execution where `_Direct.run` applies; None where it does not."""
+    direct = _direct(compilation)
+    return direct.run(inputs, timeout) if direct.runnable else None
 
 
 _ROUTES: "weakref.WeakKeyDictionary[Compilation, tuple[dict[int, int], dict[int, int], list[int]]]" = (
@@ -512,14 +573,10 @@ class Execution:
         for arg, io in zip(args, ios):
             if arg.array is None or io.nbytes is None or arg.length != io.nbytes or arg.dims != io.dims:
                 return None
-        if len({id(a.array) for a in args}) != len(args) or step.inputs != list(self._main.input_indexes) \
-                or step.outputs != list(self._main.output_indexes):
+        direct = _direct(self.compilation)
+        if direct.step is not step or len({id(a.array) for a in args}) != len(args):
             return None
-        templates = _DIRECT.get(self.compilation)
-        if templates is None:
-            made = [RequestArgument(False, DataLocation(k, 0, io.nbytes), io.dims) for k, io in enumerate(ios)]
-            templates = _DIRECT[self.compilation] = (made[:len(self._inputs)], made[len(self._inputs):])
-        return Request(templates[0], templates[1], [MemoryPool(pointer=a.array) for a in args])
+        return Request(direct.inputs, direct.outputs, [MemoryPool(pointer=a.array) for a in args])
 
     def _run_step(self, step: Step, main_in, main_out, temps, shared, shapes, deadline) -> None:
         operands = self._main.operands

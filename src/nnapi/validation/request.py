@@ -24,6 +24,63 @@ def validate_request(request: Request, model: Model, *, allow_unspecified_output
         raise invalid(f"malformed request: {type(e).__name__}: {e}") from None
 
 
+class RequestChecker:
+    """`validate_request` for one model, with what the common case needs worked out once: requests
+    whose arguments are all plain (each a fully specified tensor of exactly its operand's length,
+    without dimensions or with exactly its own, in an in-process numpy pool; outputs in writable
+    ones) pass in one short check; any other goes through `validate_request`, which names the fault."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        main = model.main
+        self._inputs = [_plain_fact(main.operands[i]) for i in main.input_indexes]
+        self._outputs = [_plain_fact(main.operands[i]) for i in main.output_indexes]
+
+    def __call__(self, request: Request, *, allow_unspecified_output: bool = True) -> None:
+        if not self._plain(request):
+            validate_request(request, self.model, allow_unspecified_output=allow_unspecified_output)
+
+    def _plain(self, request: Request) -> bool:
+        if type(request) is not Request:
+            return False
+        inputs, outputs, pools = request.inputs, request.outputs, request.pools
+        if type(inputs) not in _SEQUENCES or type(outputs) not in _SEQUENCES or type(pools) not in _SEQUENCES or (
+                len(inputs) != len(self._inputs) or len(outputs) != len(self._outputs)):
+            return False
+        sizes = []
+        for pool in pools:
+            if type(pool) is not MemoryPool or type(pool.pointer) is not np.ndarray or pool.handle is not None \
+                    or pool.token is not None:
+                return False
+            sizes.append(pool.pointer.nbytes)
+        n = len(sizes)
+        for args, facts, output in ((inputs, self._inputs, False), (outputs, self._outputs, True)):
+            for arg, fact in zip(args, facts):
+                if fact is None or type(arg) is not RequestArgument or arg.has_no_value:
+                    return False
+                dims, loc = arg.dimensions, arg.location
+                if (dims and dims != fact[0]) or type(loc) is not DataLocation:
+                    return False
+                pool, offset, length = loc.pool_index, loc.offset, loc.length
+                if not (type(pool) is int and type(offset) is int and type(length) is int and length == fact[1]
+                        and 0 <= pool < n and offset >= 0 and offset + length <= sizes[pool]):
+                    return False
+                if output and not pools[pool].pointer.flags.writeable:
+                    return False
+        return True
+
+
+_SEQUENCES = (list, tuple)
+
+
+def _plain_fact(operand: Operand) -> tuple[tuple[int, ...], int] | None:
+    """(dimensions, byte length) of a fully specified, non-empty tensor operand; None otherwise."""
+    dims = tuple(operand.dimensions)
+    if operand.type.is_scalar or not dims or 0 in dims:
+        return None
+    return dims, operand.type.element_size * _prod(dims)
+
+
 def _validate(request: Request, model: Model, allow_unspecified_output: bool) -> None:
     if not isinstance(request, Request):
         raise invalid(f"expected a Request, got {type(request).__name__}")

@@ -30,12 +30,26 @@ def loop_timeout(ns: int | None) -> int:
     return LOOP_TIMEOUT_DEFAULT_NS if ns is None else max(0, min(int(ns), LOOP_TIMEOUT_MAXIMUM_NS))
 
 
+class ModelIo:
+    """What binding a model's inputs and outputs needs, worked out once per prepared model."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+        main = model.main
+        self.inputs = [main.operands[i] for i in main.input_indexes]
+        self.outputs = [main.operands[i] for i in main.output_indexes]
+        #: Per input: a scalar?, its declared dimensions (() for a scalar), numpy dtype and byte size
+        #: (0: unknown).
+        self.input_facts = [(o.type.is_scalar, () if o.type.is_scalar else tuple(o.dimensions), numpy_dtype(o.type),
+                             o.byte_size()) for o in self.inputs]
+
+
 class Binding:
     """The arguments of one execution of a prepared model (see the module doc)."""
 
     def __init__(self, model: Model, request: Request, pools: Sequence[MappedPool | None],
                  buffers: RequestBuffers, deadline: int | None, loop_timeout_ns: int | None,
-                 memory_limit_bytes: int | None) -> None:
+                 memory_limit_bytes: int | None, io: ModelIo | None = None) -> None:
         self.model = model
         self.request = request
         self.pools = pools
@@ -47,10 +61,10 @@ class Binding:
         self.loop_timeout_ns = loop_timeout(loop_timeout_ns)
         #: The most bytes one tensor may take (allocations beyond: RESOURCE_EXHAUSTED_PERSISTENT).
         self.memory_limit_bytes = memory_limit_bytes
-        main = model.main
         self._checked: list[OutputShape] | None = None
-        self._inputs = [main.operands[i] for i in main.input_indexes]
-        self._outputs = [main.operands[i] for i in main.output_indexes]
+        self._io = io if io is not None and io.model is model else ModelIo(model)
+        self._inputs = self._io.inputs
+        self._outputs = self._io.outputs
 
     # --- inputs ----------------------------------------------------------------------------------
     def input_shape(self, k: int) -> tuple[int, ...]:
@@ -67,14 +81,14 @@ class Binding:
         arg = self.request.inputs[k]
         if arg.has_no_value:
             return None
-        operand = self._inputs[k]
-        dims = self.input_shape(k)
-        dtype = numpy_dtype(operand.type)
+        scalar, dims, dtype, need = self._io.input_facts[k]
         if k in self.buffers.inputs:
-            return self.buffers.input_value(k, dtype, dims or None)
+            return self.buffers.input_value(k, dtype, self.input_shape(k) or None)
+        if arg.dimensions and not scalar:  # the request's dimensions refine the operand's
+            dims = tuple(arg.dimensions)
+            need = self._inputs[k].byte_size(dims)
         pool = self.pools[arg.location.pool_index]
         length = region_length(pool, arg.location.length)
-        need = operand.byte_size(dims)
         if length != need:
             raise NnError(ErrorStatus.INVALID_ARGUMENT,
                           f"request input {k}: length {length} does not match {need} bytes of shape {list(dims)}")
@@ -159,7 +173,8 @@ class Binding:
         if len(values) != len(self._outputs):
             raise NnError(ErrorStatus.GENERAL_FAILURE,
                           f"the driver produced {len(values)} outputs, the model has {len(self._outputs)}")
-        shapes = [() if operand.type.is_scalar else tuple(int(d) for d in np.shape(v))
+        shapes = [() if operand.type.is_scalar else (v.shape if type(v) is np.ndarray else
+                                                      tuple(int(d) for d in np.shape(v)))
                   for operand, v in zip(self._outputs, values)]
         checked = self._checked  # the shapes checked before the run, if the results have them
         result = checked if checked is not None and all(s == c.dimensions for s, c in zip(shapes, checked)) else \
@@ -172,20 +187,12 @@ class Binding:
             pool = self.pools[arg.location.pool_index]
             if not pool.writable:
                 raise NnError(ErrorStatus.INVALID_ARGUMENT, f"request output {k}: pool is read-only")
-            if isinstance(value, np.ndarray) and value.base is not None and _is_region(value, pool, arg):
+            if isinstance(value, np.ndarray) and pool.is_region(value, arg.location.offset):
                 continue  # the driver wrote straight into the region
-            array = np.asarray(value)
+            array = value if type(value) is np.ndarray else np.asarray(value)
             want = numpy_dtype(self._outputs[k].type)
             pool.write(arg.location.offset, array if array.dtype == want else array.astype(want))
         if kept:
             self.buffers.store_outputs(kept)
         return result
 
-
-def _is_region(value: np.ndarray, pool: MappedPool, arg) -> bool:
-    """True when `value` is the output region itself (an `output_view`)."""
-    try:
-        start = np.frombuffer(pool.view(arg.location.offset, 1), np.uint8).ctypes.data
-    except NnError:
-        return False
-    return value.ctypes.data == start and value.flags.c_contiguous

@@ -21,8 +21,8 @@ from ...memory import MappedPool, map_pool
 from ...memory.domains import DriverDomain, current_client
 from ...qos import DurationStats, Scheduler, Ticket, normalize_deadline
 from ...qos.fences import FencedCallback, wait_fences
-from ...validation import validate_request
-from .binding import Binding
+from ...validation import RequestChecker
+from .binding import Binding, ModelIo
 
 if TYPE_CHECKING:
     from .device import DriverDevice
@@ -94,6 +94,13 @@ class DriverPreparedModel(IPreparedModel):
         self.stats = DurationStats(self.estimate_run_ns())
 
     # --- one run -------------------------------------------------------------------------------------
+    def validate(self, request: Request, *, allow_unspecified_output: bool = True) -> None:
+        """INVALID_ARGUMENT naming the argument or pool at fault (`validation.RequestChecker`)."""
+        checker = self.__dict__.get("_checker")
+        if checker is None or checker.model is not self.model:
+            checker = self._checker = RequestChecker(self.model)
+        checker(request, allow_unspecified_output=allow_unspecified_output)
+
     def _uid(self, client: ClientId | int | None) -> int:
         if client is not None or self.client_uid is None:
             return client_uid(client)
@@ -113,8 +120,11 @@ class DriverPreparedModel(IPreparedModel):
         try:
             if pools is None:
                 pools = [None if p.token is not None else map_pool(p) for p in request.pools]
+            io = self.__dict__.get("_io")
+            if io is None or io.model is not self.model:
+                io = self._io = ModelIo(self.model)
             binding = Binding(self.model, request, pools, buffers, deadline, loop_timeout_ns,
-                              self.memory_limit_bytes)
+                              self.memory_limit_bytes, io)
             if self.static_output_shapes is not None:
                 binding.check_static_outputs(self.static_output_shapes)
             try:
@@ -158,14 +168,14 @@ class DriverPreparedModel(IPreparedModel):
                               loop_timeout_ns: int | None, *, client: ClientId | None = None
                               ) -> tuple[list[OutputShape], Timing]:
         start = time.monotonic_ns()
-        validate_request(request, self.model)  # an invalid request is INVALID_ARGUMENT, whatever the deadline
+        self.validate(request)  # an invalid request is INVALID_ARGUMENT, whatever the deadline
         return self._timed(request, measure, deadline, loop_timeout_ns, client, start, "execution")
 
     def execute(self, request: Request, measure: MeasureTiming, deadline: int | None, loop_timeout_ns: int | None,
                 callback: Callable[[ErrorStatus, list[OutputShape], Timing], None], *,
                 client: ClientId | None = None) -> None:
         start = time.monotonic_ns()
-        validate_request(request, self.model)  # launch errors are raised: an invalid request,
+        self.validate(request)  # launch errors are raised: an invalid request,
         if any(p.token is not None for p in request.pools):  # a foreign token or a wrong role
             try:
                 (self.domain or _orphan_domain(self)).resolve(request, self)
@@ -198,7 +208,7 @@ class DriverPreparedModel(IPreparedModel):
     def execute_fenced(self, request: Request, wait_for: Sequence[int], measure: MeasureTiming,
                        deadline: int | None, loop_timeout_ns: int | None, timeout_after_fence_ns: int | None, *,
                        client: ClientId | None = None) -> tuple[int, FencedCallback]:
-        validate_request(request, self.model, allow_unspecified_output=False)
+        self.validate(request, allow_unspecified_output=False)
         for k, index in enumerate(self.model.main.output_indexes):
             operand = self.model.main.operands[index]
             dims = request.outputs[k].dimensions or operand.dimensions
@@ -260,7 +270,7 @@ class DriverBurst(IBurst):
         start = time.monotonic_ns()
         check_burst_tokens(request, memory_identifier_tokens)
         prepared = self.prepared
-        validate_request(request, prepared.model)
+        prepared.validate(request)
         pools = self._pools(request, memory_identifier_tokens)
         return prepared._timed(request, measure, deadline, loop_timeout_ns, client, start, "burst execution", pools)
 

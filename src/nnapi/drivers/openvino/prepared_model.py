@@ -35,12 +35,15 @@ LOOP_BUDGET_GROWTH = 16.0
 class _Request:
     """One reusable inference request and the memory its tensors point at."""
 
-    __slots__ = ("request", "inputs", "outputs", "owned")
+    __slots__ = ("request", "inputs", "arrays", "outputs", "owned")
 
     def __init__(self, request: ov.InferRequest, n_inputs: int, n_outputs: int) -> None:
         self.request = request
         #: Per input / output: (address, shape) of the memory its tensor points at, None if unset.
         self.inputs: list[tuple | None] = [None] * n_inputs
+        #: Per input: the array its tensor was last set from (held, so its memory stays where it is: the
+        #: same array again needs no new tensor).
+        self.arrays: list[np.ndarray | None] = [None] * n_inputs
         self.outputs: list[tuple | None] = [None] * n_outputs
         #: Per output: the request's own tensor (used when the output has no writable region).
         self.owned: list[ov.Tensor | None] = [None] * n_outputs
@@ -114,10 +117,13 @@ class OpenVinoPreparedModel(DriverPreparedModel):
                 raise NnError(ErrorStatus.INVALID_ARGUMENT, f"input {k} is omitted; the compiled model needs it")
             if not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x)
+            if req.arrays[k] is x:
+                continue
             key = _key(x)
             if req.inputs[k] != key:
                 r.set_input_tensor(k, ov.Tensor(writable_alias(x), shared_memory=True))
                 req.inputs[k] = key
+            req.arrays[k] = x
         views = []
         for k, shape in enumerate(self.static_output_shapes):
             view = binding.output_view(k, shape)

@@ -32,11 +32,15 @@ class _Step:
     outputs: tuple[int, ...]
     #: Operands whose last reader is this step (freed after it runs).
     release: tuple[int, ...]
-    #: Per input: (operand index, operand, its lifetime is NO_VALUE); per output: the operand.
+    #: Per input: (operand index, operand, its lifetime is NO_VALUE, scalar, declared dimensions,
+    #: the Tensor of a constant made once, else None); per output: the operand.
     input_specs: tuple = ()
     output_specs: tuple = ()
     #: "operation 3 (ADD)", for messages.
     label: str = ""
+    #: The declared outputs as kernels see them (made once) and whether each is a scalar.
+    output_tensors: tuple = ()
+    output_scalar: tuple = ()
 
 
 def constant_value(model: Model, sub: Subgraph, index: int, pools: list[MappedPool]) -> np.ndarray | None:
@@ -84,10 +88,26 @@ class SubgraphPlan:
                 raise NnError(ErrorStatus.INVALID_ARGUMENT, f"operation {s} ({op.type.name}) is not supported "
                                                             "by the reference driver")
             release = tuple(i for i in set(op.inputs) if last_use.get(i) == s and i not in keep)
-            ins = tuple((i, sub.operands[i], sub.operands[i].lifetime == OperandLifeTime.NO_VALUE) for i in op.inputs)
+            ins = tuple(self._input_spec(reg, i) for i in op.inputs)
             outs = tuple(sub.operands[i] for i in op.outputs)
             self.steps.append(_Step(s, op.type, reg, op.inputs, op.outputs, release, ins, outs,
-                                    f"operation {s} ({op.type.name})"))
+                                    f"operation {s} ({op.type.name})",
+                                    tuple(Tensor(o.type, tuple(o.dimensions), o.scale, o.zero_point, o.channel_quant)
+                                          for o in outs),
+                                    tuple(o.type.is_scalar for o in outs)))
+
+    def _input_spec(self, reg: OperationRegistration, i: int) -> tuple:
+        """What `run` needs of input operand `i`, with the Tensor of a usable constant made now (kernels
+        never change the tensors they are given)."""
+        operand = self.sub.operands[i]
+        scalar = operand.type.is_scalar
+        dims = tuple(operand.dimensions)
+        value = self.constants.get(i)
+        fixed = None
+        if value is not None and (scalar or value.size or reg.allow_zero_sized_input):
+            fixed = Tensor(operand.type, dims if scalar else value.shape, operand.scale, operand.zero_point,
+                           operand.channel_quant, value, False)
+        return i, operand, operand.lifetime == OperandLifeTime.NO_VALUE, scalar, dims, fixed
 
     def run(self, values: dict[int, np.ndarray | None], deadline: int | None = None,
             executor: "ModelExecutor | None" = None) -> dict[int, np.ndarray | None]:
@@ -104,7 +124,10 @@ class SubgraphPlan:
                 raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, f"deadline passed before {step.label}")
             reg = step.registration
             inputs = []
-            for k, (i, operand, no_value) in enumerate(step.input_specs):
+            for k, (i, operand, no_value, scalar, dims, fixed) in enumerate(step.input_specs):
+                if fixed is not None:
+                    inputs.append(fixed)
+                    continue
                 value = values.get(i)
                 if value is None:
                     omitted = no_value or i in values
@@ -113,26 +136,25 @@ class SubgraphPlan:
                                       f"{step.label}: input {k} (operand {i}) has no value")
                     if not reg.allow_omitted_operand:
                         raise NnError(ErrorStatus.INVALID_ARGUMENT, f"{step.label}: input {k} is omitted")
-                    inputs.append(Tensor(operand.type, tuple(operand.dimensions), operand.scale, operand.zero_point,
+                    inputs.append(Tensor(operand.type, dims, operand.scale, operand.zero_point,
                                          operand.channel_quant, None, True))
                     continue
-                scalar = operand.type.is_scalar
                 if not scalar and value.size == 0 and not reg.allow_zero_sized_input:
                     raise NnError(ErrorStatus.GENERAL_FAILURE, f"{step.label}: input {k} is zero-sized")
-                inputs.append(Tensor(operand.type, tuple(operand.dimensions) if scalar else value.shape,
+                inputs.append(Tensor(operand.type, dims if scalar else value.shape,
                                      operand.scale, operand.zero_point, operand.channel_quant, value, False))
-            outputs = [Tensor(o.type, o.dimensions, o.scale, o.zero_point, o.channel_quant) for o in step.output_specs]
+            outputs = step.output_tensors
             ctx = OpContext(step.type, inputs, outputs, relaxed=relaxed, executor=executor)
             if tracing:
                 start_us = trace.now_us()
             try:
                 shapes = reg.prepare(ctx)
                 if shapes is not None:
-                    for k, (declared, dims) in enumerate(zip(outputs, shapes)):
+                    for k, (declared, dims, scalar) in enumerate(zip(outputs, shapes, step.output_scalar)):
                         if declared.dims != dims:
                             _check_compatible(step, k, declared.dims, tuple(dims))
-                        if check_allocation is not None and not declared.type.is_scalar:
-                            check_allocation(dims, numpy_dtype(declared.type), f"{step.label} output {k}")
+                        if check_allocation is not None and not scalar:
+                            check_allocation(dims, declared.dtype, f"{step.label} output {k}")
                 results = reg.execute(ctx)
                 if shapes is None:  # data-dependent shapes (control flow): known after execute
                     shapes = [() if o.type.is_scalar else tuple(np.shape(r))
@@ -147,10 +169,10 @@ class SubgraphPlan:
             if tracing:
                 trace.complete(f"{step.index} {step.type.name}", "operation", start_us, trace.now_us(),
                                device="reference", app=ticket.uid if ticket is not None else None)
-            for k, (i, r, dims, o) in enumerate(zip(step.outputs, results, shapes, step.output_specs)):
+            for k, (i, r, dims, scalar) in enumerate(zip(step.outputs, results, shapes, step.output_scalar)):
                 if type(r) is not np.ndarray:
                     r = np.asarray(r)
-                if o.type.is_scalar:
+                if scalar:
                     r = r.reshape(())
                 elif r.shape != tuple(dims):
                     raise NnError(ErrorStatus.GENERAL_FAILURE,

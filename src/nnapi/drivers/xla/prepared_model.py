@@ -56,6 +56,7 @@ class XlaPreparedModel(DriverPreparedModel):
                  constants: dict | None = None) -> None:
         super().__init__(model, preference, priority)
         self.signature = sig
+        self._input_shapes = [s.shape() for s in sig.inputs]
         self.static_output_shapes = [s.shape() for s in sig.outputs]
         self.stage = stage
         #: [(sub-model signature, compiled executable)], run in order.
@@ -142,13 +143,13 @@ class XlaPreparedModel(DriverPreparedModel):
         write back (or keep, for memory-domain outputs)."""
         sig = self.signature
         args = []
-        for k, s in enumerate(sig.inputs):
+        for k, shape in enumerate(self._input_shapes):
             if binding.request.inputs[k].has_no_value:
                 raise NnError(ErrorStatus.INVALID_ARGUMENT, f"request input {k}: the xla driver needs a value")
-            if binding.input_shape(k) != s.shape():
+            if binding.input_shape(k) != shape:
                 raise NnError(ErrorStatus.INVALID_ARGUMENT,
                               f"request input {k}: dimensions {list(binding.input_shape(k))} differ from the "
-                              f"compiled {list(s.shape())}")
+                              f"compiled {list(shape)}")
             value = binding.device_input(k)  # a memory-domain buffer's device array
             if value is None:
                 value = binding.input(k)
