@@ -824,7 +824,8 @@ _FIELD_VALUES = {"pool_index": [1, 2, 3, -1], "offset": [4, -4, 2**64], "length"
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(edits=st.lists(st.tuples(st.integers(0, 2), st.sampled_from(sorted(_FIELD_VALUES)), st.integers(0, 4)),
                       max_size=2),
-       pool_edit=st.sampled_from(["none", "read-only", "bytearray", "short", "strided", "token"]))
+       pool_edit=st.sampled_from(["none", "read-only", "bytearray", "short", "strided", "token", "memoryview",
+                                  "read-only memoryview", "ashmem", "short ashmem", "bad handle"]))
 def test_the_fast_request_check_agrees_with_validate_request(model, edits, pool_edit):
     """`RequestChecker` passes exactly the requests `validate_request` passes, and refuses the others
     with its message (the fast path only ever says yes)."""
@@ -846,8 +847,21 @@ def test_the_fast_request_check_agrees_with_validate_request(model, edits, pool_
         pools[1] = MemoryPool(pointer=np.zeros(12, np.float32)[::2])
     elif pool_edit == "token":
         pools[2] = MemoryPool(token=7)
+    elif pool_edit == "memoryview":
+        pools[1] = MemoryPool(pointer=memoryview(bytearray(24)))
+    elif pool_edit == "read-only memoryview":
+        pools[2] = MemoryPool(pointer=memoryview(bytes(24)))
+    elif pool_edit in ("ashmem", "short ashmem"):
+        pools[1] = MemoryPool(handle=allocate_ashmem(24 if pool_edit == "ashmem" else 20))
+    elif pool_edit == "bad handle":
+        from nnapi.hal import MemoryHandle
+        pools[0] = MemoryPool(handle=MemoryHandle("ashmem", (-1,), (), 24))
     request = Request(args[:1], args[1:], pools)
-    assert _outcome(lambda: RequestChecker(model)(request)) == _outcome(lambda: validate_request(request, model))
+    try:
+        assert _outcome(lambda: RequestChecker(model)(request)) == _outcome(lambda: validate_request(request, model))
+    finally:
+        if pools[1].handle is not None:
+            close_handle(pools[1].handle)
 
 
 def test_the_fast_request_check_takes_the_plain_case(model):

@@ -27,7 +27,7 @@ def validate_request(request: Request, model: Model, *, allow_unspecified_output
 class RequestChecker:
     """`validate_request` for one model, with what the common case needs worked out once: requests
     whose arguments are all plain (each a fully specified tensor of exactly its operand's length,
-    without dimensions or with exactly its own, in an in-process numpy pool; outputs in writable
+    without dimensions or with exactly its own, in a pool of the right size; outputs in writable
     ones) pass in one short check; any other goes through `validate_request`, which names the fault."""
 
     def __init__(self, model: Model) -> None:
@@ -48,11 +48,15 @@ class RequestChecker:
                 len(inputs) != len(self._inputs) or len(outputs) != len(self._outputs)):
             return False
         sizes = []
-        for pool in pools:
-            if type(pool) is not MemoryPool or type(pool.pointer) is not np.ndarray or pool.handle is not None \
-                    or pool.token is not None:
-                return False
-            sizes.append(pool.pointer.nbytes)
+        for i, pool in enumerate(pools):
+            if type(pool) is MemoryPool and type(pool.pointer) in _BUFFERS and pool.handle is None \
+                    and pool.token is None:  # in-process: a numpy array, or a memoryview (a service's mapping)
+                sizes.append(pool.pointer.nbytes)
+                continue
+            try:  # shared memory: its handle checked in full
+                sizes.append(_pool_size(pool, i))
+            except Exception:
+                return False  # (validate_request names the fault)
         n = len(sizes)
         for args, facts, output in ((inputs, self._inputs, False), (outputs, self._outputs, True)):
             for arg, fact in zip(args, facts):
@@ -65,12 +69,17 @@ class RequestChecker:
                 if not (type(pool) is int and type(offset) is int and type(length) is int and length == fact[1]
                         and 0 <= pool < n and offset >= 0 and offset + length <= sizes[pool]):
                     return False
-                if output and not pools[pool].pointer.flags.writeable:
-                    return False
+                if output:
+                    pointer = pools[pool].pointer
+                    if pointer is not None and not (
+                            pointer.flags.writeable if type(pointer) is np.ndarray else
+                            type(pointer) is memoryview and not pointer.readonly):  # (other buffers: in full)
+                        return False
         return True
 
 
 _SEQUENCES = (list, tuple)
+_BUFFERS = (np.ndarray, memoryview)
 
 
 def _plain_fact(operand: Operand) -> tuple[tuple[int, ...], int] | None:
