@@ -504,3 +504,102 @@ def test_running_low_priority_inference_is_stopped_for_high_priority_work_and_re
     assert done["high"] < done["low"]
     assert device.scheduler.snapshot()["preemptions"] >= 1
     np.testing.assert_array_equal(low_out, uninterrupted)
+
+
+def _counted_loop(trips: int, start_input: bool = False) -> nnapi.Model:
+    """i = 0 (constant, or input 1); acc = x; while i < trips: acc = acc * w + x; i += 1; return acc, i."""
+    def body_graph() -> nnapi.Model:
+        g = nnapi.Model()
+        i, acc, x = (g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.TENSOR_FLOAT32, (1, 4)),
+                     g.add_operand(T.TENSOR_FLOAT32, (1, 4)))
+        act = g.add_operand(T.INT32)
+        g.set_operand_value(act, 0)
+        one = g.add_operand(T.TENSOR_INT32, (1,))
+        g.set_operand_value(one, np.array([1], np.int32))
+        w = g.add_operand(T.TENSOR_FLOAT32, (4,))
+        g.set_operand_value(w, np.array([0.5, -1, 1.5, 0.25], np.float32))
+        i2, scaled, acc2 = (g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.TENSOR_FLOAT32, (1, 4)),
+                            g.add_operand(T.TENSOR_FLOAT32, (1, 4)))
+        g.add_operation(Op.ADD, [i, one, act], [i2])
+        g.add_operation(Op.MUL, [acc, w, act], [scaled])
+        g.add_operation(Op.ADD, [scaled, x, act], [acc2])
+        g.identify_inputs_and_outputs([i, acc, x], [i2, acc2])
+        g.finish()
+        return g
+
+    def cond_graph() -> nnapi.Model:
+        g = nnapi.Model()
+        i, acc, x = (g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.TENSOR_FLOAT32, (1, 4)),
+                     g.add_operand(T.TENSOR_FLOAT32, (1, 4)))
+        bound = g.add_operand(T.TENSOR_INT32, (1,))
+        g.set_operand_value(bound, np.array([trips], np.int32))
+        go = g.add_operand(T.TENSOR_BOOL8, (1,))
+        g.add_operation(Op.LESS, [i, bound], [go])
+        g.identify_inputs_and_outputs([i, acc, x], [go])
+        g.finish()
+        return g
+
+    m = nnapi.Model()
+    c, b = m.add_operand(T.SUBGRAPH), m.add_operand(T.SUBGRAPH)
+    m.set_operand_value_from_model(c, cond_graph())
+    m.set_operand_value_from_model(b, body_graph())
+    x = m.add_operand(T.TENSOR_FLOAT32, (1, 4))
+    i0 = m.add_operand(T.TENSOR_INT32, (1,))
+    if not start_input:
+        m.set_operand_value(i0, np.array([0], np.int32))
+    i_out, acc_out = m.add_operand(T.TENSOR_INT32, (1,)), m.add_operand(T.TENSOR_FLOAT32, (1, 4))
+    m.add_operation(Op.WHILE, [c, b, i0, x, x], [i_out, acc_out])
+    m.identify_inputs_and_outputs([x, i0] if start_input else [x], [acc_out, i_out])
+    m.finish()
+    return m
+
+
+@pytest.mark.parametrize("trips", [1, 7, 40])
+def test_a_loop_of_a_count_known_at_compile_time_runs_unrolled(trips):
+    """A counter from a constant against a constant bound: the WHILE becomes that many copies of its body
+    (a valid model, no Loop node), with the loop's own results."""
+    from nnapi.drivers.openvino import graph
+    from nnapi.drivers.openvino.unroll import unroll_loops
+    from nnapi.validation import validate_model
+    m = _counted_loop(trips)
+    hal_model = m.to_hal()
+    unrolled = unroll_loops(hal_model)
+    validate_model(unrolled)
+    types = [op.type for op in unrolled.main.operations]
+    assert Op.WHILE not in types and len(types) == 3 * trips
+    assert "Loop" not in {op.get_type_name() for op in graph.build(hal_model).model.get_ordered_ops()}
+    x = RNG.standard_normal((1, 4)).astype(np.float32)
+    got = nnapi.Compilation(m, devices=["openvino"]).finish().execute([x])
+    want = _run(m, "reference", [x])
+    assert got[1].tolist() == want[1].tolist() == [trips]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("case", ["count from an input", "too many trips", "never runs"])
+def test_loops_whose_count_is_not_known_or_too_large_stay_loops(case):
+    from nnapi.drivers.openvino import graph
+    from nnapi.drivers.openvino.unroll import MAX_TRIPS, unroll_loops
+    m = {"count from an input": lambda: _counted_loop(5, start_input=True),
+         "too many trips": lambda: _counted_loop(MAX_TRIPS + 1),
+         "never runs": lambda: _counted_loop(0)}[case]()
+    hal_model = m.to_hal()
+    assert unroll_loops(hal_model) is hal_model
+    if case == "never runs":
+        return  # (nothing to unroll: the loop's outputs are its inputs)
+    assert "Loop" in {op.get_type_name() for op in graph.build(hal_model).model.get_ordered_ops()}
+    x = RNG.standard_normal((1, 4)).astype(np.float32)
+    args = [x, np.array([2], np.int32)] if case == "count from an input" else [x]
+    got = nnapi.Compilation(m, devices=["openvino"]).finish().execute(args)
+    want = _run(m, "reference", args)
+    assert got[1].tolist() == want[1].tolist()
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_small_model_runs_on_one_thread_a_large_one_on_all():
+    from nnapi.drivers.openvino.device import SMALL_MODEL_WORK, OpenVinoDevice, model_work
+    d = OpenVinoDevice(threads=2)
+    small, large = _counted_loop(3).to_hal(), conv_net().to_hal()
+    assert model_work(small) < SMALL_MODEL_WORK
+    assert d.config(ExecutionPreference.FAST_SINGLE_ANSWER, small)["INFERENCE_NUM_THREADS"] == 1
+    big = d.config(ExecutionPreference.FAST_SINGLE_ANSWER, large)
+    assert big["INFERENCE_NUM_THREADS"] == (1 if model_work(large) < SMALL_MODEL_WORK else 2)

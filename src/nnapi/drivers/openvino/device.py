@@ -7,7 +7,7 @@ the exported compiled model.
   relaxed model's float16 allows: every compilation sets `INFERENCE_PRECISION_HINT` to f32.
 - Execution preference -> performance hint: FAST_SINGLE_ANSWER -> LATENCY, SUSTAINED_SPEED ->
   THROUGHPUT, LOW_POWER -> LATENCY on one thread. Threads: `threads=` or NNAPI_OPENVINO_THREADS
-  (read at each preparation; default: every CPU of this process), `pinning=` or
+  (read at each preparation; default: every CPU of this process; a small model: one), `pinning=` or
   NNAPI_OPENVINO_PINNING=1 pins them (`ENABLE_CPU_PINNING`).
 - Cache: one model-cache file (`cache.py`): the partition's structure, preference and priority, and
   the exported compiled model, imported only from the verified bytes the base hands to `load`. No
@@ -28,11 +28,22 @@ import openvino as ov
 
 from ..._version import __version__
 from ...hal import Capabilities, DeviceType, ErrorStatus, ExecutionPreference, Model, NnError, OperandType
+from ...qos.estimate import operation_work
 from ..base import CompileJob, DriverDevice, Lru, env_flag, env_int, source_fingerprint
 from . import cache
 from .prepared_model import OpenVinoPreparedModel
 
 NAME = "openvino"
+#: Below this much work (`qos.estimate.operation_work` over every subgraph, about multiply-adds) a model
+#: runs on one thread: a second one costs more in hand-offs than it gains. On the shared models: the
+#: text models (0.5 to 5.4 M) ran 5 to 40% faster on one thread of two, resnet_mini (46 M) 25% slower.
+SMALL_MODEL_WORK = 10_000_000
+
+
+def model_work(model: Model) -> int:
+    """The work of one execution of `model`, each loop body counted once."""
+    return sum(operation_work(sub, op) for sub in (model.main, *model.referenced) for op in sub.operations)
+
 
 
 @functools.lru_cache(maxsize=1)
@@ -117,11 +128,14 @@ class OpenVinoDevice(DriverDevice):
         return analyze(model)
 
     # --- preparation ---------------------------------------------------------------------------------
-    def config(self, preference: ExecutionPreference) -> dict:
-        """Compile (and import) properties for an execution preference."""
+    def config(self, preference: ExecutionPreference, model: Model | None = None) -> dict:
+        """Compile (and import) properties for an execution preference (and the model: a small one
+        runs on one thread, see `SMALL_MODEL_WORK`)."""
         threads = self._threads if self._threads is not None else env_int("NNAPI_OPENVINO_THREADS")
         if not threads:
             threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        if model is not None and model_work(model) < SMALL_MODEL_WORK:
+            threads = 1
         pinning = self._pinning if self._pinning is not None else env_flag("NNAPI_OPENVINO_PINNING")
         hint = "LATENCY"
         if preference == ExecutionPreference.SUSTAINED_SPEED:
@@ -137,7 +151,7 @@ class OpenVinoDevice(DriverDevice):
 
     def compile(self, job: CompileJob) -> OpenVinoPreparedModel:
         from .graph import build
-        config = self.config(job.preference)
+        config = self.config(job.preference, job.model)
         job.checkpoint("lowering")
         built = build(job.model)
         job.checkpoint("compiling")
@@ -166,13 +180,13 @@ class OpenVinoDevice(DriverDevice):
             export = prepared.compiled.export_model()
             if hasattr(export, "getbuffer"):  # an io.BytesIO
                 export = export.getbuffer()
-            COMPILED.put(_compiled_key(export, self.config(prepared.preference)), (prepared.compiled,
-                                                                                  prepared.keep_alive))
+            key = _compiled_key(export, self.config(prepared.preference, prepared.model))
+            COMPILED.put(key, (prepared.compiled, prepared.keep_alive))
         return [cache.to_blob(prepared.model, prepared.preference, prepared.priority, export)], []
 
     def load(self, model_blobs, data_blobs, job: CompileJob) -> OpenVinoPreparedModel:
         model, preference, priority, export = cache.from_blob(model_blobs[0])
-        config = self.config(preference)
+        config = self.config(preference, model)
         key = _compiled_key(export, config)
         hit = COMPILED.get(key)
         if hit is not None:

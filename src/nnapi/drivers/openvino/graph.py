@@ -27,6 +27,7 @@ import openvino.opset16 as ops
 from ...hal import ErrorStatus, Model, NnError, OperandLifeTime as L, OperandType as T
 from ...ops import OpContext, Tensor
 from ...validation import ConstantReader, build_operation_context, infer_model_shapes
+from .unroll import unroll_loops
 from . import rules
 from .lowering import (B8, F16, F32, I32, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value, as_value,
                        dequantize_input, dequantized_array, fake_quantize)
@@ -283,6 +284,9 @@ def build(model: Model, dims: list[tuple[int, ...]] | None = None, name: str = "
     """The whole main graph as one `ov.Model` (every operation must lower: the device claimed them).
     `rounding` "plain" rounds quantized values with Round and Clamp instead of FakeQuantize
     (`lowering.ROUNDING`)."""
+    unrolled = unroll_loops(model)  # short loops of a known count as straight-line code
+    if unrolled is not model:
+        model, dims = unrolled, None
     token = ROUNDING.set(rounding)
     try:
         return _build(model, dims, name)

@@ -1,0 +1,173 @@
+"""WHILE loops with a trip count known at compile time, unrolled into the main graph before lowering.
+
+An OpenVINO Loop pays a dispatch of its body per iteration and fuses nothing across them; a short loop
+whose count follows from constants alone (a counter from a constant, stepped by constants, against a
+constant bound, as converted Keras RNNs have) runs faster as straight-line code. `unroll_loops`
+finds the values the condition depends on, follows them through the body back to the loop's
+inputs, and when all of them start as constants, runs just those operations (the ops registry's
+kernels) to count the iterations; it then replaces the WHILE with that many copies of its body.
+Anything else (a count that depends on the inputs, nested control flow, more than `MAX_TRIPS`
+iterations or `MAX_OPERATIONS` copied operations) keeps its loop. The result is the same model with
+the same inputs and outputs: executions compute exactly what the loop computes.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from ...hal import Model, Operand, OperandLifeTime as L, Operation, OperationType as Op, Subgraph
+from ...ops import OpContext, Tensor, find_operation
+from ...validation import ConstantReader
+
+#: The most iterations a loop is unrolled for, and the most operations its copies may add.
+MAX_TRIPS = 64
+MAX_OPERATIONS = 4096
+_CONSTANT = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
+
+
+class _Keep(Exception):
+    """This loop stays a loop."""
+
+
+def unroll_loops(model: Model) -> Model:
+    """`model` with every WHILE of its main graph whose trip count is known at compile time unrolled
+    (the same model object when there is none)."""
+    main = model.main
+    if not any(op.type == Op.WHILE for op in main.operations):
+        return model
+    reader = ConstantReader(model)
+    operands = [dataclasses.replace(o) for o in main.operands]
+    operations: list[Operation] = []
+    changed = False
+    for op in main.operations:
+        if op.type == Op.WHILE:
+            try:
+                copies = _unrolled(model, reader, op, operands)
+                operations.extend(copies)
+                changed = True
+                continue
+            except _Keep:
+                pass
+            except Exception:  # an input the kernels refuse: leave the loop to the driver's own checks
+                pass
+        operations.append(op)
+    if not changed:
+        return model
+    counts = [0] * len(operands)
+    for op in operations:
+        for i in op.inputs:
+            counts[i] += 1
+    for operand, n in zip(operands, counts):
+        operand.number_of_consumers = n
+    return dataclasses.replace(model, main=dataclasses.replace(main, operands=operands, operations=operations))
+
+
+def _unrolled(model: Model, reader: ConstantReader, op: Operation, operands: list[Operand]) -> list[Operation]:
+    """The operations replacing one WHILE (appending the operands they need), or _Keep."""
+    main = model.main
+    cond_index, body_index = (int(reader.value(main.operands[i])) for i in op.inputs[:2])
+    cond, body = model.referenced[cond_index], model.referenced[body_index]
+    args = list(op.inputs[2:])
+    carried = len(body.output_indexes)  # input-output and state-only values; the rest are input-only
+    if len(cond.output_indexes) != 1 or not len(op.outputs) <= carried <= len(args):
+        raise _Keep
+    if any(o.lifetime == L.SUBGRAPH for sub in (cond, body) for o in sub.operands):
+        raise _Keep  # nested control flow
+    # The loop's control: the positions the condition reads, closed under the body's updates.
+    cond_ops, control = _slice(cond, list(cond.output_indexes))
+    while True:
+        wanted = [body.output_indexes[p] for p in sorted(control) if p < carried]
+        body_ops, more = _slice(body, wanted)
+        if more <= control:
+            break
+        control |= more
+    if not all(main.operands[args[p]].lifetime in _CONSTANT for p in control):
+        raise _Keep  # the count depends on the inputs
+    trips = _count(cond, body, cond_ops, body_ops, control, carried,
+                   {p: reader.value(main.operands[args[p]]) for p in control}, ConstantReader(model))
+    if trips == 0 or trips * len(body.operations) > MAX_OPERATIONS:
+        raise _Keep
+    finals = [body.output_indexes[p] for p in range(len(op.outputs))]
+    if len(set(finals)) != len(finals) or any(body.operands[i].lifetime != L.SUBGRAPH_OUTPUT for i in finals):
+        raise _Keep  # an output passed straight through (or a constant): the loop keeps its own operands
+    copies: list[Operation] = []
+    shared: dict[int, int] = {}  # the body's constants, added once
+    for trip in range(trips):
+        mapping = dict(zip(body.input_indexes, args))
+        if trip == trips - 1:
+            mapping.update(zip(finals, op.outputs))
+        for step in body.operations:
+            for i in (*step.inputs, *step.outputs):
+                if i in mapping:
+                    continue
+                operand = body.operands[i]
+                if operand.lifetime in (*_CONSTANT, L.NO_VALUE):
+                    if i not in shared:
+                        shared[i] = _add(operands, dataclasses.replace(operand, number_of_consumers=0))
+                    mapping[i] = shared[i]
+                else:
+                    mapping[i] = _add(operands, dataclasses.replace(
+                        operand, number_of_consumers=0, lifetime=L.TEMPORARY_VARIABLE))
+            copies.append(Operation(step.type, tuple(mapping[i] for i in step.inputs),
+                                    tuple(mapping[i] for i in step.outputs)))
+        args = [mapping[body.output_indexes[p]] if p < carried else a for p, a in enumerate(args)]
+    return copies
+
+
+def _add(operands: list[Operand], operand: Operand) -> int:
+    operands.append(operand)
+    return len(operands) - 1
+
+
+def _slice(sub: Subgraph, wanted: Sequence[int]) -> tuple[list[Operation], set[int]]:
+    """The operations of `sub` that `wanted` operands depend on (in order) and the input positions
+    they read."""
+    needed = set(wanted)
+    ops: list[Operation] = []
+    for step in reversed(sub.operations):
+        if needed.intersection(step.outputs):
+            ops.append(step)
+            needed.update(step.inputs)
+    ops.reverse()
+    return ops, {p for p, i in enumerate(sub.input_indexes) if i in needed}
+
+
+def _count(cond: Subgraph, body: Subgraph, cond_ops: list[Operation], body_ops: list[Operation], control: set[int],
+           carried: int, state: dict[int, np.ndarray | None], reader: ConstantReader) -> int:
+    """Iterations the loop runs, from its control values alone; _Keep beyond MAX_TRIPS."""
+    for trips in range(MAX_TRIPS + 1):
+        values = _run(cond, cond_ops, {cond.input_indexes[p]: state[p] for p in control}, reader)
+        go = values[cond.output_indexes[0]]
+        if go.size != 1:
+            raise _Keep
+        if not bool(go.reshape(-1)[0]):
+            return trips
+        values = _run(body, body_ops, {body.input_indexes[p]: state[p] for p in control}, reader)
+        state = {p: values[body.output_indexes[p]] if p < carried else state[p] for p in control}
+    raise _Keep
+
+
+def _run(sub: Subgraph, ops: list[Operation], values: dict[int, np.ndarray | None],
+         reader: ConstantReader) -> dict[int, np.ndarray]:
+    """Evaluate `ops` of `sub` on `values` with the registry's kernels."""
+    for step in ops:
+        inputs = []
+        for i in step.inputs:
+            operand = sub.operands[i]
+            value = values[i] if i in values else reader.value(operand)
+            if value is None:
+                raise _Keep
+            inputs.append(Tensor(operand.type, () if operand.type.is_scalar else tuple(value.shape), operand.scale,
+                                 operand.zero_point, operand.channel_quant, value))
+        outputs = [Tensor(sub.operands[i].type, tuple(sub.operands[i].dimensions), sub.operands[i].scale,
+                          sub.operands[i].zero_point, sub.operands[i].channel_quant) for i in step.outputs]
+        registration = find_operation(step.type)
+        if registration is None:
+            raise _Keep
+        ctx = OpContext(step.type, inputs, outputs)
+        registration.prepare(ctx)
+        for i, result in zip(step.outputs, registration.execute(ctx)):
+            values[i] = np.asarray(result)
+    return values
