@@ -603,3 +603,26 @@ def test_a_small_model_runs_on_one_thread_a_large_one_on_all():
     assert d.config(ExecutionPreference.FAST_SINGLE_ANSWER, small)["INFERENCE_NUM_THREADS"] == 1
     big = d.config(ExecutionPreference.FAST_SINGLE_ANSWER, large)
     assert big["INFERENCE_NUM_THREADS"] == (1 if model_work(large) < SMALL_MODEL_WORK else 2)
+
+
+@pytest.mark.parametrize("n", [16, 20000])  # copied into the request's own tensor / a tensor over the array
+def test_inputs_changed_in_place_or_replaced_are_always_read_afresh(n):
+    """Small inputs are copied into the request's tensors and an array passed twice in a row gets a
+    tensor over it: an array the app changes in place between executions, or a new one, is read anew."""
+    from conftest import add_relu_model
+    c = nnapi.Compilation(add_relu_model(n), devices=["openvino"]).finish()
+    a, b = RNG.standard_normal(n).astype(np.float32), RNG.standard_normal(n).astype(np.float32)
+    for step in range(6):
+        if step % 2:
+            a[:] = RNG.standard_normal(n)  # the same array, new values
+        else:
+            b = RNG.standard_normal(n).astype(np.float32)  # a new array
+        (y,) = c.execute([a, b])
+        np.testing.assert_allclose(y, np.maximum(a + b, 0), rtol=1e-6, atol=1e-6)
+    e = nnapi.Execution(c)  # an output of the app's own, small or large, written in place
+    out = np.full(n, -1, np.float32)
+    e.set_input(0, a)
+    e.set_input(1, b)
+    e.set_output(0, out)
+    e.compute()
+    np.testing.assert_allclose(out, np.maximum(a + b, 0), rtol=1e-6, atol=1e-6)
