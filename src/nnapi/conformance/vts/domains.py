@@ -395,7 +395,9 @@ def _run(kit: Kit, prepared: Any, inputs: list, outputs: list, executor: str, ex
 
 
 def _free_token(used: set[int]) -> int:
-    token = 100
+    """A token no buffer of this check holds, far above the tokens a driver hands out in sequence (its
+    other clients' buffers may be alive while the kit runs)."""
+    token = (1 << 30) + 12_345
     while token in used:
         token += 1
     return token

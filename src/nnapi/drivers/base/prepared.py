@@ -72,6 +72,7 @@ class DriverPreparedModel(IPreparedModel):
         self.domain: DriverDomain | None = None
         self.memory_limit_bytes: int | None = None
         self.device_name = type(self).__name__
+        self._model_facts: tuple[RequestChecker, ModelIo] | None = None
 
     # --- what a driver fills in ----------------------------------------------------------------------
     def run(self, binding: Binding) -> Sequence[object]:
@@ -96,10 +97,14 @@ class DriverPreparedModel(IPreparedModel):
     # --- one run -------------------------------------------------------------------------------------
     def validate(self, request: Request, *, allow_unspecified_output: bool = True) -> None:
         """INVALID_ARGUMENT naming the argument or pool at fault (`validation.RequestChecker`)."""
-        checker = self.__dict__.get("_checker")
-        if checker is None or checker.model is not self.model:
-            checker = self._checker = RequestChecker(self.model)
-        checker(request, allow_unspecified_output=allow_unspecified_output)
+        self._facts()[0](request, allow_unspecified_output=allow_unspecified_output)
+
+    def _facts(self) -> tuple[RequestChecker, ModelIo]:
+        """What checking and binding this model's requests needs, worked out once per model."""
+        facts = self._model_facts
+        if facts is None or facts[1].model is not self.model:
+            facts = self._model_facts = (RequestChecker(self.model), ModelIo(self.model))
+        return facts
 
     def _uid(self, client: ClientId | int | None) -> int:
         if client is not None or self.client_uid is None:
@@ -120,11 +125,8 @@ class DriverPreparedModel(IPreparedModel):
         try:
             if pools is None:
                 pools = [None if p.token is not None else map_pool(p) for p in request.pools]
-            io = self.__dict__.get("_io")
-            if io is None or io.model is not self.model:
-                io = self._io = ModelIo(self.model)
             binding = Binding(self.model, request, pools, buffers, deadline, loop_timeout_ns,
-                              self.memory_limit_bytes, io)
+                              self.memory_limit_bytes, self._facts()[1])
             if self.static_output_shapes is not None:
                 binding.check_static_outputs(self.static_output_shapes)
             try:
