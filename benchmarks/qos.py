@@ -227,21 +227,21 @@ def abort_lag(repeats: int, deadline_ms: float = 100.0, record: list[float] | No
 
 
 def make_device(name: str, *, policy: str = "priority"):
-    """A fresh device of driver `name` with WORKERS slots (FIFO: the baseline policy)."""
-    from nnapi.drivers.base import DriverDevice
-    handoff = DriverDevice.HANDOFF_NS
-    if name == "openvino":
-        from nnapi.drivers.openvino.device import OpenVinoDevice
-        handoff = OpenVinoDevice.HANDOFF_NS
-    scheduler = Scheduler(WORKERS, policy=policy, name=name, handoff_ns=handoff)
+    """A fresh device of driver `name` with WORKERS slots (FIFO: the baseline policy), its scheduler
+    handing slots over as the driver's own does (`HANDOFF_NS`)."""
     if name == "reference":
-        return ReferenceDevice(scheduler=scheduler)
-    if name == "xla":
+        cls, options = ReferenceDevice, {}
+    elif name == "xla":
         from nnapi.drivers.xla import XlaDevice
-        return XlaDevice(optimize_after=0, scheduler=scheduler)
-    if name == "openvino":
+        cls, options = XlaDevice, {"optimize_after": 0}
+    elif name == "openvino":
         from nnapi.drivers.openvino.device import OpenVinoDevice
-        return OpenVinoDevice(scheduler=scheduler)
+        cls, options = OpenVinoDevice, {}
+    else:
+        cls = None
+    if cls is not None:
+        scheduler = Scheduler(WORKERS, policy=policy, name=name, handoff_ns=cls.HANDOFF_NS)
+        return cls(scheduler=scheduler, **options)
     raise SystemExit(f"qos.py: unknown device {name!r} (reference, xla or openvino)")
 
 

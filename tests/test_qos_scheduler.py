@@ -283,6 +283,36 @@ def test_higher_priority_work_of_the_same_app_preempts_at_a_checkpoint():
     assert s.snapshot()["running"] == 0 and s._free == s.workers      # the lent slot came back
 
 
+def test_native_work_that_reaches_no_checkpoint_lends_its_slot_again_once_the_borrower_ends():
+    """Without a hand-off wait (drivers whose running sub-model has no checkpoint), each higher-priority
+    task starts at once on the low task's slot, one after another, instead of queueing behind it until
+    its next checkpoint; the slots in use never exceed the workers by more than the one lent."""
+    s = Scheduler(workers=1, handoff_ns=0)
+    running, release = threading.Event(), threading.Event()
+    progress: list = []
+
+    def low():
+        running.set()
+        assert release.wait(WAIT)  # one long native call: no checkpoint meanwhile
+        checkpoint("after the call")
+        progress.append("low done")
+
+    ticket = s.submit(priority=LOW)
+    t = threading.Thread(target=lambda: ticket.run(low), daemon=True)
+    t.start()
+    assert running.wait(WAIT)
+    for k in range(3):
+        done = threading.Event()
+        high = launch(s, lambda: (progress.append(f"high {k}"), done.set()), [], f"high{k}", priority=HIGH)
+        assert done.wait(WAIT)  # started at once, though the low task is still in its call
+        join([high])
+        assert s.snapshot()["running"] == 1 and s._free == 0
+    release.set()
+    join([t])
+    assert progress == ["high 0", "high 1", "high 2", "low done"] and ticket.preemptions == 0
+    assert s.snapshot()["running"] == 0 and s._free == s.workers
+
+
 def test_exclusive_lower_priority_work_pauses_while_higher_priority_work_runs():
     s = Scheduler(workers=2)
     high_running = threading.Event()

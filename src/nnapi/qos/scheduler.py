@@ -159,6 +159,7 @@ class Ticket:
         self._yield_at: int | None = None
         self._lent = False           # its slot went to higher-priority work: yield at the next checkpoint
         self._handoff: Ticket | None = None  # it started on this ticket's lent slot: let it pause first
+        self._borrowed: Ticket | None = None  # the ticket whose slot it runs on, until it stops
         self._owed = False           # it runs on a slot lent by another app (see `_lend_across_apps`)
         self._preempt: Callable[[], None] | None = None  # stops native work at once (see `preemptible`)
         self._grant = _Grant()
@@ -415,7 +416,7 @@ class Scheduler:
                 # pauses, so the slots in use exceed `workers` by at most one operation's time.
                 victim = min(victims, key=lambda t: (t.rank, -t.seq))
                 victim._lent = True
-                top._handoff = victim
+                top._handoff = top._borrowed = victim
                 self._start(app, top, now)
         if self._free <= 0 and self.fair_lag_ns:
             self._lend_across_apps(now)
@@ -440,7 +441,7 @@ class Scheduler:
                 continue
             victim = max(victims, key=lambda t: (self._vtime(t.app, now), -t.rank, t.seq))
             victim._lent = True
-            top._handoff = victim
+            top._handoff = top._borrowed = victim
             self._start(app, top, now)  # (which finds it owed)
 
     def _holding(self) -> bool:
@@ -522,6 +523,13 @@ class Scheduler:
         ticket._yield_at = None
         ticket._lent = False
         ticket._owed = False
+        lender, ticket._borrowed = ticket._borrowed, None
+        if lender is not None and lender.state == RUNNING and not self.handoff_ns and lender._preempt is None:
+            # Native work that can be neither stopped nor paused soon (no hand-off wait, no `preemptible`
+            # stop: an XLA sub-model): the work it lent its slot to stopped first, so the slots in use
+            # are back to `workers` and it need not pause any more; flagged as lent, the next
+            # higher-priority work would queue behind it until its next checkpoint.
+            lender._lent = False
 
     def _update_flags(self) -> None:
         """Tell each running ticket whether (and from when) to yield at its next checkpoint."""

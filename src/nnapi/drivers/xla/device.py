@@ -49,6 +49,7 @@ class XlaDevice(DriverDevice):
     NAME = NAME
     CACHE_FILES = (NUM_MODEL_CACHE, NUM_DATA_CACHE)
     REMEMBER_CLAIMS = True  # the analysis traces the lowering: about a third of a compilation
+    HANDOFF_NS = 0  # a running sub-model reaches no checkpoint: higher-priority work starts at once
 
     def __init__(self, *, optimize_after: int | None = None, segments: int | None = None,
                  scheduler=None, engine: bool | None = None, memory_limit_bytes: int | None = None,
