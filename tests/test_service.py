@@ -438,3 +438,46 @@ def test_a_clients_shared_memory_is_mapped_once_and_let_go_when_it_disconnects(s
     finally:
         close_handle(big)
         close_handle(out)
+
+
+def test_an_app_connecting_again_and_again_keeps_its_descriptors_and_works_past_fd_1024(service):
+    """Each connection's staging memory goes when it closes (the app's descriptor count stays flat over
+    connect / prepare / execute / close cycles), and a connection whose descriptors are numbered beyond
+    FD_SETSIZE (1024) still waits for its answers (poll, not select)."""
+    import resource
+    n = 1 << 21  # executions of milliseconds: the app sleeps until the answer is due, then polls
+    model = add_relu_model(n).to_hal()
+    x, y = np.resize(X, n), np.resize(Y, n)
+    out = np.zeros(n, np.float32)
+    request = Request([RequestArgument(False, DataLocation(k, 0, 4 * n)) for k in (0, 1)],
+                      [RequestArgument(False, DataLocation(2, 0, 4 * n))],
+                      [MemoryPool(pointer=x), MemoryPool(pointer=y), MemoryPool(pointer=out)])
+
+    def cycle(executions: int = 2) -> None:
+        device = connect(service.socket)
+        prepared = device.prepare_model(model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, None,
+                                        None)
+        for _ in range(executions):  # after 8, the app knows when an answer is due and sleeps till then
+            prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
+        device.close()
+        np.testing.assert_array_equal(out, np.maximum(x + y, 0))
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    cycle()
+    before = open_fds()
+    for _ in range(10):
+        cycle()
+    assert open_fds() == before
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1200:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(2048, hard), hard))
+    filler = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100 - open_fds())]  # the next ones: > 1024
+    try:
+        out[:] = 0
+        cycle(executions=12)
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -182,8 +182,9 @@ def start(driver: str, socket: str, state_dir: str, *, env: dict | None = None, 
             left = deadline - time.monotonic()
             if left <= 0:
                 raise RuntimeError(f"nnapi serve --driver {driver} was not ready within {timeout:.0f} s")
-            ready, _, _ = select.select([process.stdout], [], [], left)
-            if not ready:
+            poller = select.poll()  # (any descriptor number)
+            poller.register(process.stdout, select.POLLIN | select.POLLHUP)
+            if not poller.poll(max(1, int(left * 1000))):
                 continue
             line = process.stdout.readline()
             if not line:

@@ -482,6 +482,13 @@ class _RegionCache:
         self._kept = 0
         self._limit = limit
         self._lock = threading.Lock()
+        weakref.finalize(self, _close_regions, self._free)  # (their descriptors go with the cache)
+
+    def clear(self) -> None:
+        """Close every kept region (the device is closed)."""
+        with self._lock:
+            _close_regions(self._free)
+            self._kept = 0
 
     def take(self, size: int) -> _Region:
         capacity = max(4096, 1 << (max(size, 1) - 1).bit_length())
@@ -499,6 +506,13 @@ class _RegionCache:
                 self._kept += region.capacity
                 return
         region.close()
+
+
+def _close_regions(free: dict[int, list[_Region]]) -> None:
+    for regions in free.values():
+        for region in regions:
+            region.close()
+    free.clear()
 
 
 def _pointer_view(pool: MemoryPool, k: int) -> memoryview:
@@ -693,6 +707,7 @@ class ServiceDevice(IDevice):
 
     def close(self) -> None:
         self.connection.close()
+        self.staging.clear()
 
     def status(self) -> dict:
         """What the service holds for this connection (and, for its own user or root, service-wide figures)."""

@@ -165,8 +165,9 @@ def receive(sock: socket.socket, poll_ns: int, due_ns: int = 0) -> tuple[bytes, 
     if poll_ns > 0:
         now = time.monotonic_ns()
         if due_ns - now > 2 * poll_ns:  # sleep until the window opens (the answer may come sooner)
-            readable, _, _ = select.select([sock], [], [], (due_ns - poll_ns - now) / 1e9)
-            if readable:
+            poller = select.poll()  # (not select.select: any descriptor number, beyond FD_SETSIZE too)
+            poller.register(sock, select.POLLIN)
+            if poller.poll(max(0, (due_ns - poll_ns - now) // 1_000_000)):
                 return recv_chunk(sock)
 
         def attempt() -> tuple[bytes, list[int]] | None:
