@@ -95,3 +95,37 @@ def test_caching_survives_the_toctou_race(kit, cache, quant):
             assert run(kit, prepared, add)[0].reshape(-1).tolist() == [101]
         cache.close()
     assert hits > 0
+
+
+def test_a_compilation_fingerprints_each_model_object_once(monkeypatch, tmp_path):
+    """Outside a compilation a model is hashed on every call (it may have changed in between); within
+    `remembered_fingerprints` (each `Compilation.finish`) once per object, for the cache token and
+    every device's claims alike."""
+    import dataclasses
+
+    import nnapi
+    from conftest import add_relu_model
+    from nnapi.caching import fingerprint
+    model = add_relu_model()
+    hal = model.to_hal()
+    original = fingerprint.model_to_bytes
+    ours = original(dataclasses.replace(hal, pools=[]))
+    hashed = []  # hashes of this model's content (a device may measure itself on models of its own)
+
+    def counting(m):
+        data = original(m)
+        if data == ours:
+            hashed.append(1)
+        return data
+
+    monkeypatch.setattr(fingerprint, "model_to_bytes", counting)
+    first = fingerprint.model_fingerprint(hal)
+    assert fingerprint.model_fingerprint(hal) == first and len(hashed) == 2
+    hashed.clear()
+    with fingerprint.remembered_fingerprints():
+        assert fingerprint.model_fingerprint(hal) == first == fingerprint.model_fingerprint(hal)
+        assert len(hashed) == 1
+        assert fingerprint.model_fingerprint(dataclasses.replace(hal)) == first and len(hashed) == 2
+    hashed.clear()
+    nnapi.Compilation(model, cache_dir=tmp_path, token=b"t" * 32).finish()  # every device: one hash of it
+    assert len(hashed) == 1

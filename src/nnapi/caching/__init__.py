@@ -11,8 +11,8 @@
 """
 from .artifacts import CacheError, load_artifacts, save_artifacts
 from .engine import CachingEngine
-from .fingerprint import model_fingerprint
+from .fingerprint import model_fingerprint, remembered_fingerprints
 from .registry import IntegrityRegistry, state_dir
 
 __all__ = ["CacheError", "load_artifacts", "save_artifacts", "CachingEngine", "IntegrityRegistry", "state_dir",
-           "model_fingerprint"]
+           "model_fingerprint", "remembered_fingerprints"]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from .. import tracing as trace
+from ..caching import remembered_fingerprints
 from ..caching.artifacts import INCOMPLETE
 from ..hal import (BYTE_SIZE_OF_CACHE_TOKEN, NO_DEADLINE, ErrorStatus, ExecutionPreference, NnError, Priority,
                    ResultCode)
@@ -148,11 +149,12 @@ class Compilation:
         deadline = deadline_after(self._timeout_ns)  # one absolute deadline for every step
         hal_model = self.model.to_hal()
         try:
-            with trace.span("partition", "compile", devices=",".join(d.name for d in self._devices)) as args:
-                self.steps = partition(self._devices, hal_model, self.preference)
-                args["steps"] = len(self.steps)
-            for step in self.steps:
-                self._prepare(step, deadline, compound=len(self.steps) > 1)
+            with remembered_fingerprints():  # the model's content, hashed once for every device
+                with trace.span("partition", "compile", devices=",".join(d.name for d in self._devices)) as args:
+                    self.steps = partition(self._devices, hal_model, self.preference)
+                    args["steps"] = len(self.steps)
+                for step in self.steps:
+                    self._prepare(step, deadline, compound=len(self.steps) > 1)
         except NnError as e:  # a missed deadline never falls back: another device would miss it too
             reference = next((d for d in all_devices() if d.name == "reference"), None)
             fallback = (not self._explicit and e.code not in (ResultCode.BAD_DATA, ResultCode.UNEXPECTED_NULL)
