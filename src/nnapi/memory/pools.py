@@ -103,8 +103,6 @@ class MappedPool:
         self.size = buffer.nbytes
         self.writable = writable
         self._keepalive = keepalive
-        #: An in-process numpy buffer (pointer pool) used whole: views of it need no buffer protocol trip.
-        self._whole = keepalive if type(keepalive) is np.ndarray and keepalive.flags.c_contiguous else None
 
     def view(self, offset: int, length: int) -> memoryview:
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -114,9 +112,6 @@ class MappedPool:
 
     def array(self, offset: int, length: int, dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         """A numpy view of a region (no copy)."""
-        whole = self._whole
-        if whole is not None and offset == 0 and length == self.size and whole.dtype == dtype:
-            return whole.reshape(shape)
         return np.frombuffer(self.view(offset, length), dtype=dtype).reshape(shape)
 
     def is_region(self, value: np.ndarray, offset: int) -> bool:
@@ -137,10 +132,6 @@ class MappedPool:
         """Store an array's bytes at `offset` (bounds-checked; one copy, straight into the mapping)."""
         self._check_writable()
         value = np.asarray(value)
-        whole = self._whole
-        if whole is not None and offset == 0 and value.nbytes == self.size and whole.dtype == value.dtype:
-            np.copyto(whole.reshape(value.shape), value)
-            return
         dst = np.frombuffer(self.view(offset, value.nbytes), dtype=value.dtype).reshape(value.shape)
         np.copyto(dst, value)
 
@@ -152,11 +143,11 @@ class MappedPool:
 
 
 class ArrayPool(MappedPool):
-    """An in-process numpy buffer used whole (the runtime's usual pool): its byte view is made only
-    when a region other than the whole array is asked for."""
+    """An in-process numpy buffer (the runtime's usual pool): the array itself serves a region that
+    is all of it, and its byte view is made only when another region is asked for."""
 
     def __init__(self, array: np.ndarray) -> None:  # (a C-contiguous array)
-        self._whole = self._keepalive = array
+        self._whole = array
         self.size = array.nbytes
         self.writable = bool(array.flags.writeable)
         self._buffer: memoryview | None = None
@@ -172,6 +163,14 @@ class ArrayPool(MappedPool):
         if offset == 0 and length == self.size and whole.dtype == dtype:
             return whole if whole.shape == shape else whole.reshape(shape)  # (the same array: drivers may
         return super().array(offset, length, dtype, shape)                   # keep what they set up for it)
+
+    def write(self, offset: int, value: np.ndarray) -> None:
+        whole = self._whole
+        if offset == 0 and type(value) is np.ndarray and value.nbytes == self.size and whole.dtype == value.dtype:
+            self._check_writable()
+            np.copyto(whole.reshape(value.shape), value)
+            return
+        super().write(offset, value)
 
     def is_region(self, value: np.ndarray, offset: int) -> bool:
         whole = self._whole

@@ -37,7 +37,11 @@ class RequestChecker:
         self._outputs = [_plain_fact(main.operands[i]) for i in main.output_indexes]
 
     def __call__(self, request: Request, *, allow_unspecified_output: bool = True) -> None:
-        if not self._plain(request):
+        try:
+            plain = self._plain(request)
+        except Exception:  # malformed plain data: validate_request names the fault
+            plain = False
+        if not plain:
             validate_request(request, self.model, allow_unspecified_output=allow_unspecified_output)
 
     def _plain(self, request: Request) -> bool:
@@ -47,39 +51,12 @@ class RequestChecker:
         if type(inputs) not in _SEQUENCES or type(outputs) not in _SEQUENCES or type(pools) not in _SEQUENCES or (
                 len(inputs) != len(self._inputs) or len(outputs) != len(self._outputs)):
             return False
-        sizes = []
-        for i, pool in enumerate(pools):
-            if type(pool) is MemoryPool and type(pool.pointer) in _BUFFERS and pool.handle is None \
-                    and pool.token is None:  # in-process: a numpy array, or a memoryview (a service's mapping)
-                sizes.append(pool.pointer.nbytes)
-                continue
-            try:  # shared memory: its handle checked in full
-                sizes.append(_pool_size(pool, i))
-            except Exception:
-                return False  # (validate_request names the fault)
-        n = len(sizes)
-        for args, facts, output in ((inputs, self._inputs, False), (outputs, self._outputs, True)):
-            for arg, fact in zip(args, facts):
-                if fact is None or type(arg) is not RequestArgument or arg.has_no_value:
-                    return False
-                dims, loc = arg.dimensions, arg.location
-                if (dims and dims != fact[0]) or type(loc) is not DataLocation:
-                    return False
-                pool, offset, length = loc.pool_index, loc.offset, loc.length
-                if not (type(pool) is int and type(offset) is int and type(length) is int and length == fact[1]
-                        and 0 <= pool < n and offset >= 0 and offset + length <= sizes[pool]):
-                    return False
-                if output:
-                    pointer = pools[pool].pointer
-                    if pointer is not None and not (
-                            pointer.flags.writeable if type(pointer) is np.ndarray else
-                            type(pointer) is memoryview and not pointer.readonly):  # (other buffers: in full)
-                        return False
-        return True
+        sizes = [_pool_size(pool, i) for i, pool in enumerate(pools)]
+        return all(_plain(arg, fact, sizes, pools, False) for arg, fact in zip(inputs, self._inputs)) and all(
+            _plain(arg, fact, sizes, pools, True) for arg, fact in zip(outputs, self._outputs))
 
 
 _SEQUENCES = (list, tuple)
-_BUFFERS = (np.ndarray, memoryview)
 
 
 def _plain_fact(operand: Operand) -> tuple[tuple[int, ...], int] | None:
@@ -105,41 +82,42 @@ def _validate(request: Request, model: Model, allow_unspecified_output: bool) ->
         output = kind == "output"
         for k, (arg, index) in enumerate(zip(args, indexes)):
             operand = main.operands[index]
-            if _plain(arg, operand, sizes, request.pools if output else None):
+            if _plain(arg, _plain_fact(operand), sizes, request.pools, output):
                 continue
             _check_argument(f"request {kind} {k}", arg, operand, index, request.pools, sizes,
                             output=output, allow_unspecified=allow_unspecified_output)
 
 
 def _pool_size(pool: Any, i: int) -> int:
-    """`check_pool`, with an in-process numpy buffer (the runtime's usual pool) checked fast."""
-    if type(pool) is MemoryPool and type(pool.pointer) is np.ndarray and pool.handle is None and pool.token is None:
+    """`check_pool`, with an in-process buffer (a numpy array: the runtime's usual pool; a memoryview:
+    a service's mapping) checked fast."""
+    if type(pool) is MemoryPool and type(pool.pointer) in (np.ndarray, memoryview) and pool.handle is None \
+            and pool.token is None:
         return pool.pointer.nbytes
     return check_pool(pool, f"request pool {i}", request=True)
 
 
-def _plain(arg: Any, operand: Operand, sizes: Sequence[int], output_pools: Sequence[MemoryPool] | None) -> bool:
-    """The common case, checked fast: a tensor argument of a fully specified operand, given without
-    dimensions or with exactly its dimensions, in the bounds of a mappable pool with exactly the
-    operand's length (an output: in a writable pool). False sends the argument through the full
-    checks (which name any fault)."""
-    if type(arg) is not RequestArgument or arg.has_no_value or (arg.dimensions and arg.dimensions != operand.dimensions):
+def _plain(arg: Any, fact: tuple[tuple[int, ...], int] | None, sizes: Sequence[int], pools: Sequence[MemoryPool],
+           output: bool) -> bool:
+    """The common case, checked fast: a tensor argument of a fully specified operand (`fact`: its
+    `_plain_fact`), given without dimensions or with exactly its dimensions, in the bounds of a pool
+    with exactly the operand's length (an output: in a writable pool). False sends the argument
+    through the full checks (which name any fault)."""
+    if fact is None or type(arg) is not RequestArgument or arg.has_no_value:
         return False
-    loc = arg.location
-    if type(loc) is not DataLocation:
+    dims, loc = arg.dimensions, arg.location
+    if (dims and dims != fact[0]) or type(loc) is not DataLocation:
         return False
     pool, offset, length = loc.pool_index, loc.offset, loc.length
-    if not (type(pool) is int and type(offset) is int and type(length) is int
-            and 0 <= pool < len(sizes) and offset >= 0 and length > 0 and offset + length <= sizes[pool]):
+    if not (type(pool) is int and type(offset) is int and type(length) is int and length == fact[1]
+            and 0 <= pool < len(sizes) and offset >= 0 and offset + length <= sizes[pool]):
         return False
-    dims = operand.dimensions
-    if not dims or 0 in dims or operand.type.is_scalar:
-        return False
-    if output_pools is not None:
-        pointer = output_pools[pool].pointer
-        if pointer is not None and not (type(pointer) is np.ndarray and pointer.flags.writeable):
-            return False
-    return length == operand.type.element_size * _prod(dims)
+    if output:
+        pointer = pools[pool].pointer
+        if pointer is not None and not (pointer.flags.writeable if type(pointer) is np.ndarray else
+                                        type(pointer) is memoryview and not pointer.readonly):
+            return False  # (other buffers: in full)
+    return True
 
 
 def _prod(dims: Sequence[int]) -> int:

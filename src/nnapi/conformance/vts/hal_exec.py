@@ -17,7 +17,7 @@ import numpy as np
 
 from ...hal import (DataLocation, ErrorStatus, MeasureTiming, MemoryHandle, MemoryPool, Model, NnError, OutputShape,
                     Request, RequestArgument, Timing)
-from ...memory import HardwareBuffer, MappedPool, allocate_ashmem, close_handle, map_handle, mmap_fd_handle
+from ...memory import HardwareBuffer, allocate_ashmem, close_handle, map_handle, map_pool, mmap_fd_handle
 from .core import DriverHang, Fail, Kit, status_name
 
 NO_TIMING = 2**64 - 1
@@ -37,7 +37,7 @@ class Region:
         if kind == "pointer":
             buf = np.zeros(size, np.uint8)
             self.pool = MemoryPool(pointer=buf)
-            self.mapped = MappedPool(memoryview(buf), buf)
+            self.mapped = map_pool(self.pool)
             self.handle = None
             return
         if kind == "ashmem":

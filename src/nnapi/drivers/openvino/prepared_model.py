@@ -51,8 +51,8 @@ class _Request:
         self.outputs: list[tuple | None] = [None] * n_outputs
         #: Per output: the request's own tensor (used when the output has no writable region).
         self.owned: list[ov.Tensor | None] = [None] * n_outputs
-        #: Per input / output: the memory of the request's own tensor, when small values are copied
-        #: in and out (`SMALL_IO_BYTES`).
+        #: Small values are copied in and out (`SMALL_IO_BYTES`): per input, the request's own tensor
+        #: and its memory; per output, the memory of `owned`.
         self.own_tensors: list[ov.Tensor | None] = [None] * n_inputs
         self.own_inputs: list[np.ndarray | None] = [None] * n_inputs
         self.own_outputs: list[np.ndarray | None] = [None] * n_outputs

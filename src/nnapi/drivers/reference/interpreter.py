@@ -33,9 +33,8 @@ class _Step:
     #: Operands whose last reader is this step (freed after it runs).
     release: tuple[int, ...]
     #: Per input: (operand index, operand, its lifetime is NO_VALUE, scalar, declared dimensions,
-    #: the Tensor of a constant made once, else None); per output: the operand.
+    #: the Tensor of a constant made once, else None).
     input_specs: tuple = ()
-    output_specs: tuple = ()
     #: "operation 3 (ADD)", for messages.
     label: str = ""
     #: The declared outputs as kernels see them (made once) and whether each is a scalar.
@@ -90,7 +89,7 @@ class SubgraphPlan:
             release = tuple(i for i in set(op.inputs) if last_use.get(i) == s and i not in keep)
             ins = tuple(self._input_spec(reg, i) for i in op.inputs)
             outs = tuple(sub.operands[i] for i in op.outputs)
-            self.steps.append(_Step(s, op.type, reg, op.inputs, op.outputs, release, ins, outs,
+            self.steps.append(_Step(s, op.type, reg, op.inputs, op.outputs, release, ins,
                                     f"operation {s} ({op.type.name})",
                                     tuple(Tensor(o.type, tuple(o.dimensions), o.scale, o.zero_point, o.channel_quant)
                                           for o in outs),
@@ -157,8 +156,7 @@ class SubgraphPlan:
                             check_allocation(dims, declared.dtype, f"{step.label} output {k}")
                 results = reg.execute(ctx)
                 if shapes is None:  # data-dependent shapes (control flow): known after execute
-                    shapes = [() if o.type.is_scalar else tuple(np.shape(r))
-                              for o, r in zip(step.output_specs, results)]
+                    shapes = [() if scalar else tuple(np.shape(r)) for scalar, r in zip(step.output_scalar, results)]
                     for k, (declared, dims) in enumerate(zip(outputs, shapes)):
                         _check_compatible(step, k, declared.dims, tuple(dims))
             except NnError:
