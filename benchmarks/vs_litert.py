@@ -3,10 +3,12 @@
 For each thread count and model: LiteRT 2.3.0 (`ai-edge-litert`, XNNPACK, the same thread count) and
 nnapi on each target (`openvino` alone, `default` = all devices, partitioned, or any device name):
 - preparation: cold (empty cache directory, so it includes the NNAPI -> device graph build and the
-  compile) and cached (the same cache directory again), side by side, with their ratio; the cached
-  preparation also in a new process (as after an app restart: nothing of the compilation in memory);
+  compile) and cached (the same cache directory again), side by side, with the ratio of their medians
+  over `--prepare-runs` pairs (each cold one in a directory of its own); the cached
+  preparation also in a new process (once) (as after an app restart: nothing of the compilation in memory);
 - execution: after warm-ups, the targets run round-robin (LiteRT, then each nnapi target, repeated
-  `--runs` times), so machine noise hits every runtime alike; p50 / p90 per target and the ratio of
+  `--runs` times, each round starting one runtime later), so machine noise hits every runtime alike
+  and each runtime runs after every other equally often; p50 / p90 per target and the ratio of
   p50s to LiteRT's (> 1: slower);
 - outputs: nnapi's outputs on the model's reference input are checked against LiteRT's
   (../shared/models/reference/<name>.npz) with LiteRT's tolerances (float: 1e-3 of the largest value;
@@ -108,7 +110,7 @@ def cached_in_new_process(path: pathlib.Path, target: str, cache_dir: str, threa
 
 
 def bench_model(name: str, entry: dict, threads: int, targets: list[str], runs: int, warmup: int,
-                litert_ok: bool) -> dict:
+                litert_ok: bool, prepare_runs: int = 3) -> dict:
     import numpy as np
 
     import nnapi
@@ -142,17 +144,24 @@ def bench_model(name: str, entry: dict, threads: int, targets: list[str], runs: 
         for target in targets:
             figures: dict = {}
             row["nnapi"][target] = figures
-            cache_dir = os.path.join(scratch, target)
-            os.makedirs(cache_dir)
+            colds, cacheds = [], []
             try:
-                _, cold_s = _compile(imported, target, cache_dir)
-                compilation, cached_s = _compile(imported, target, cache_dir)
+                for k in range(prepare_runs):  # each cold preparation in an empty cache directory of its own
+                    cache_dir = os.path.join(scratch, f"{target}-{k}")
+                    os.makedirs(cache_dir)
+                    colds.append(_compile(imported, target, cache_dir)[1])
+                    compilation, cached_s = _compile(imported, target, cache_dir)
+                    cacheds.append(cached_s)
             except nnapi.NnError as e:
                 figures["error"] = f"{e.code.name}: {e.message.splitlines()[0][:200]}"
                 continue
+            cold_s, cached_s = statistics.median(colds), statistics.median(cacheds)
+            figures["prepare_runs"] = prepare_runs
             figures["prepare_cold_ms"] = round(cold_s * 1000, 2)
             figures["prepare_cached_ms"] = round(cached_s * 1000, 2)
             figures["prepare_ratio"] = round(cold_s / cached_s, 1)
+            figures["prepare_cold_all_ms"] = [round(v * 1000, 2) for v in colds]
+            figures["prepare_cached_all_ms"] = [round(v * 1000, 2) for v in cacheds]
             figures["cache"] = [o.outcome for o in compilation.cache_outcomes]
             try:
                 fresh_ms, outcomes = cached_in_new_process(path, target, cache_dir, threads)
@@ -171,8 +180,12 @@ def bench_model(name: str, entry: dict, threads: int, targets: list[str], runs: 
         for _ in range(warmup):
             for fn in runners.values():
                 fn()
-        for _ in range(runs):  # round-robin: noise hits every runtime alike
-            for key, fn in runners.items():
+        order = list(runners.items())
+        for r in range(runs):
+            # Round-robin, each round starting one runtime later: noise hits every runtime alike, and each
+            # follows every other equally often (a runtime's threads still spinning from its last run slow
+            # whichever runs next).
+            for key, fn in order[r % len(order):] + order[:r % len(order)]:
                 start = time.perf_counter()
                 fn()
                 times[key].append((time.perf_counter() - start) * 1000)
@@ -202,6 +215,8 @@ def main() -> int:
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--prepare-runs", type=int, default=3,
+                        help="cold and cached preparations per target (medians; the machine is noisy)")
     args = parser.parse_args()
     thread_counts = [int(t) for t in args.threads.split(",")]
     _limit_threads(max(thread_counts))
@@ -220,7 +235,8 @@ def main() -> int:
     results = []
     for threads in thread_counts:
         for name in names:
-            results.append(bench_model(name, catalog[name], threads, targets, args.runs, args.warmup, litert_ok))
+            results.append(bench_model(name, catalog[name], threads, targets, args.runs, args.warmup, litert_ok,
+                                           max(1, args.prepare_runs)))
             print(f"... {name}, {threads} thread(s) done", file=sys.stderr, flush=True)
 
     from rich.console import Console
