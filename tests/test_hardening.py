@@ -259,3 +259,44 @@ def test_the_caching_engine_never_follows_a_link(tmp_path):
     engine.put(key, [b"m" * 10], [b"d" * 10])          # replaces the link, not its target
     assert victim.read_bytes() == b"precious" and not path.is_symlink()
     assert engine.get(key) is not None
+
+
+# --- the operation registry under concurrent first use -----------------------------------------------
+_FIRST_USE = textwrap.dedent("""
+    import json, sys, threading
+    from nnapi.hal import OperationType
+    from nnapi.hal.serialize import model_from_bytes
+    from nnapi.ops import registry
+    from nnapi.drivers.reference import ReferenceDevice
+    model = model_from_bytes(bytes.fromhex(sys.stdin.read()))  # (no validation yet: nothing looked up)
+    device = ReferenceDevice(engine=False)
+    barrier = threading.Barrier(6)
+    seen, claims = [], []
+    def lookups():
+        barrier.wait()
+        seen.append(sorted(t.name for t in OperationType if registry.find_operation(t) is None))
+    def claim():
+        barrier.wait()
+        claims.append(all(device.get_supported_operations(model)))
+    threads = [threading.Thread(target=lookups) for _ in range(4)] + [threading.Thread(target=claim) for _ in range(2)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    final = sorted(t.name for t in OperationType if registry.find_operation(t) is None)
+    print(json.dumps({"seen": seen, "final": final, "claims": claims}))
+""")
+
+
+def test_threads_that_look_up_operations_while_the_registry_loads_see_all_of_it(tmp_path):
+    """The first lookups of a process, from several threads at once (a service's first concurrent
+    preparations): each sees the whole registry. Before the fix, every thread but the loading one saw
+    it half filled, so a driver claimed nothing for a plain ADD/MUL model and remembered that claim."""
+    from nnapi.conformance.vts.models import alternating_chain
+    from nnapi.hal.serialize import model_to_bytes
+    env = dict(os.environ, NNAPI_STATE_DIR=str(tmp_path))
+    model = model_to_bytes(alternating_chain(64, 4, 1).to_hal()).hex()
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-c", _FIRST_USE], input=model, capture_output=True, text=True,
+                             env=env, timeout=300, check=True)
+        result = __import__("json").loads(out.stdout.strip().splitlines()[-1])
+        assert result["claims"] == [True, True]
+        assert all(seen == result["final"] for seen in result["seen"]), result

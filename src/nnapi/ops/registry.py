@@ -11,6 +11,7 @@ Drivers look operations up here, never in a switch (Android's OperationResolver)
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -85,18 +86,24 @@ def registered_operations() -> list[OperationType]:
 
 
 _loaded = False
+_load_lock = threading.RLock()
 
 
 def _load_all() -> None:
-    """Import every operation module once, so each registers itself."""
+    """Import every operation module once, so each registers itself. Threads that ask while another
+    imports wait for the whole registry: a lookup never sees it half filled (a service's first two
+    concurrent preparations had an operation reported unsupported, and that claim remembered)."""
     global _loaded
     if _loaded:
         return
-    _loaded = True
-    import importlib
-    import pkgutil
+    with _load_lock:
+        if _loaded:
+            return
+        import importlib
+        import pkgutil
 
-    from .. import ops
-    for info in pkgutil.iter_modules(ops.__path__):
-        if info.name not in ("registry", "context", "tensor") and not info.name.startswith("_"):
-            importlib.import_module(f"{ops.__name__}.{info.name}")
+        from .. import ops
+        for info in pkgutil.iter_modules(ops.__path__):
+            if info.name not in ("registry", "context", "tensor") and not info.name.startswith("_"):
+                importlib.import_module(f"{ops.__name__}.{info.name}")
+        _loaded = True
