@@ -518,3 +518,92 @@ def test_a_hold_never_outlasts_the_fair_share_it_makes_up_for():
     busy.finish()
     assert order == ["b"] and seen["held"]
     assert 5 <= seen["app 1 back after ms"] <= 40, seen
+
+
+# --- foreground input: LOW work gives way to a host's calls ------------------------------------------------
+class Probe:
+    """A host's foreground probe: says yes while `busy` is set; counts its calls (and can fail)."""
+
+    def __init__(self, busy: bool = False, fail: bool = False) -> None:
+        self.busy = threading.Event()
+        if busy:
+            self.busy.set()
+        self.fail = fail
+        self.calls = 0
+
+    def __call__(self) -> bool:
+        self.calls += 1
+        if self.fail:
+            raise RuntimeError("probe broken")
+        return self.busy.is_set()
+
+
+def test_low_work_pauses_at_its_checkpoints_while_foreground_input_waits():
+    """While the host's probe says yes, a LOW task's checkpoint does not return (it sleeps, releasing
+    the interpreter lock); it goes on once the probe says no. MEDIUM and HIGH work never asks."""
+    s = Scheduler(workers=2)
+    s.foreground = probe = Probe(busy=True)
+    entered, passed = threading.Event(), threading.Event()
+
+    def low() -> None:
+        entered.set()
+        checkpoint("first")
+        passed.set()
+
+    t = launch(s, low, [], "low", priority=LOW)
+    assert entered.wait(WAIT)
+    while probe.calls < 3:            # it keeps asking: paused at the checkpoint
+        time.sleep(0.001)
+    assert not passed.is_set()
+    probe.busy.clear()
+    assert passed.wait(WAIT)
+    join([t])
+    calls = probe.calls
+    for p in (MEDIUM, HIGH):
+        join([launch(s, lambda: checkpoint("x"), [], str(p), priority=p)])
+    assert probe.calls == calls
+
+
+def test_low_work_gives_way_for_a_bounded_time_and_never_under_fifo():
+    """A probe that always says yes delays a LOW checkpoint by at most BACKGROUND_PAUSE_NS each time
+    (the work still finishes); the FIFO baseline never asks; a probe that fails is dropped."""
+    from nnapi.qos import scheduler as sched
+    s = Scheduler(workers=1)
+    s.foreground = Probe(busy=True)
+    start = time.monotonic_ns()
+    join([launch(s, lambda: [checkpoint(f"{k}") for k in range(3)], [], "low", priority=LOW)])
+    assert time.monotonic_ns() - start >= 3 * sched.BACKGROUND_PAUSE_NS   # paused at each of the three
+    fifo = Scheduler(workers=1, policy="fifo")
+    fifo.foreground = probe = Probe(busy=True)
+    join([launch(fifo, lambda: checkpoint("x"), [], "low", priority=LOW)])
+    assert probe.calls == 0
+    s.foreground = broken = Probe(fail=True)
+    order: list = []
+    join([launch(s, lambda: checkpoint("x"), order, "low", priority=LOW)])
+    assert order == ["low"] and broken.calls == 1 and s.foreground is None
+
+
+def test_low_work_giving_way_still_yields_its_slot_to_higher_priority_work(monkeypatch):
+    """A LOW task paused for foreground input whose slot the scheduler lends to HIGH work of its app
+    leaves the pause at once and yields: the HIGH task (which waits for the lender to pause before it
+    starts) runs, although the foreground input lasts until it has."""
+    from nnapi.qos import scheduler as sched
+    monkeypatch.setattr(sched, "BACKGROUND_PAUSE_NS", 3600 * 10**9)  # only the yield can end the pause
+    s = Scheduler(workers=1, handoff_ns=3600 * 10**9)                 # the HIGH task waits for the yield
+    s.foreground = probe = Probe(busy=True)
+    at_step = threading.Event()
+    order: list = []
+
+    def low() -> None:
+        at_step.set()
+        for k in range(3):
+            checkpoint(f"step {k}")
+        order.append("low body done")
+
+    t = launch(s, low, order, "low", priority=LOW)
+    assert at_step.wait(WAIT)
+    while probe.calls < 2:            # paused for the foreground input
+        time.sleep(0.001)
+    high = launch(s, lambda: (order.append("high ran"), probe.busy.clear()), order, "high", priority=HIGH)
+    join([t, high])
+    assert order.index("high") < order.index("low body done")

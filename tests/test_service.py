@@ -481,3 +481,46 @@ def test_an_app_connecting_again_and_again_keeps_its_descriptors_and_works_past_
         for fd in filler:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_service_has_its_drivers_low_work_give_way_to_calls(tmp_path):
+    """A service installs its foreground probe on the driver's scheduler: it says yes while a call of
+    MEDIUM or HIGH work is run, not for LOW work's own calls, and no once the service is idle (so LOW
+    work pauses at its checkpoints only while the threads reading and answering calls need the
+    interpreter lock)."""
+    from nnapi.drivers.reference import ReferenceDevice
+    from nnapi.service.server import Service
+    seen: list = []
+
+    class Spy(ReferenceDevice):
+        def prepare_model(self, *args, **kwargs):
+            prepared = super().prepare_model(*args, **kwargs)
+            run = prepared.execute_synchronously
+
+            def spied(*a, **k):
+                seen.append((Priority(prepared.priority).name, self.scheduler.foreground()))
+                return run(*a, **k)
+            prepared.execute_synchronously = spied
+            return prepared
+
+    driver = Spy(engine=False)
+    service = Service(driver, str(tmp_path / "spy.sock"))
+    service.start()
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    device = connect(service.socket_path)
+    try:
+        assert callable(driver.scheduler.foreground) and not driver.scheduler.foreground()
+        request, out, handles = _hal_io()
+        for priority in (Priority.HIGH, Priority.LOW, Priority.MEDIUM):
+            prepared = device.prepare_model(add_relu_model().to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER,
+                                            priority, None, None, None)
+            prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
+            np.testing.assert_array_equal(out.array(0, 16, np.float32, (4,)), np.maximum(X + Y, 0))
+        assert seen == [("HIGH", True), ("LOW", False), ("MEDIUM", True)]
+        end = time.monotonic() + 30  # (the call's thread leaves the foreground just after its answer)
+        while driver.scheduler.foreground() and time.monotonic() < end:
+            time.sleep(0.001)
+        assert not driver.scheduler.foreground()
+    finally:
+        device.close()
+        service.stop()

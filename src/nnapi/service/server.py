@@ -37,6 +37,7 @@ from ..hal import (ClientId, ErrorStatus, ExecutionPreference, IDevice, MeasureT
                    Request, invalid)
 from ..memory import MappingCache
 from ..memory.domains import calling_client
+from ..qos import Scheduler
 from . import codec
 from .codec import (CALL, EVENT, REPLY, Decoder, Encoder, check_bytes, check_int, check_list, check_opt_int,
                     check_str)
@@ -247,6 +248,42 @@ class _Client:
         return request
 
 
+class _Foreground:
+    """The service's answer to `qos.Scheduler.foreground`: a call waits for a service thread (an event
+    on the service's epoll) or one is being read or run that is not LOW-priority work. While it says
+    yes, the driver's LOW work pauses at its checkpoints, so the threads reading and answering calls
+    get the interpreter lock (see `qos.scheduler`)."""
+
+    def __init__(self, epoll_fd: int) -> None:
+        self._fd = epoll_fd
+        self._local = threading.local()  # a poll object per thread (one must not be polled concurrently)
+        self._lock = threading.Lock()
+        self._count = 0
+
+    def __call__(self) -> bool:
+        if self._count:
+            return True
+        poller = getattr(self._local, "poller", None)
+        if poller is None:
+            poller = self._local.poller = select.poll()
+            poller.register(self._fd, select.POLLIN)
+        return bool(poller.poll(0))
+
+    def enter(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._count -= 1
+
+
+def _is_background(obj: Any) -> bool:
+    """Whether calls on `obj` are LOW-priority work (a prepared model, or a burst of one)."""
+    prepared = getattr(getattr(obj, "driver_burst", None), "prepared", obj)
+    return getattr(prepared, "priority", None) == Priority.LOW
+
+
 def _accepts_client(fn: Callable) -> bool:
     """Whether a driver method takes the `client` keyword (drivers without QoS need not)."""
     try:
@@ -295,6 +332,10 @@ class Service:
         self._inode: tuple[int, int] | None = None
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._epoll = select.epoll()
+        self._foreground = _Foreground(self._epoll.fileno())
+        scheduler = getattr(driver, "scheduler", None)
+        if isinstance(scheduler, Scheduler):  # the driver base's: LOW work gives way to calls
+            scheduler.foreground = self._foreground
         self._watched = -1
         self._hello: dict | None = None
         self._takes_client = {name: _accepts_client(getattr(driver, name)) for name in (
@@ -472,7 +513,11 @@ class Service:
         else:
             client = self._clients.get(fd)
             if client is not None:
-                self._readable(client, tasks)
+                self._foreground.enter()
+                try:
+                    self._readable(client, tasks)
+                finally:
+                    self._foreground.leave()
         if len(tasks) > 1:
             self._ready.extend(tasks[1:])
             for _ in tasks[1:]:
@@ -614,9 +659,13 @@ class Service:
     def _run(self, client: _Client, rid: int, kind: str | None, handler: Callable, target: Any, args: list,
              dec: Decoder, counted: bool = True) -> None:
         call = _Call(client, rid, dec, Encoder())
+        foreground = False
         try:
             with calling_client(client.creds.uid, client.creds.pid):
                 obj = client.lookup(target, kind) if kind is not None else None
+                foreground = not _is_background(obj)
+                if foreground:  # until answered: LOW work gives way (see `_Foreground`)
+                    self._foreground.enter()
                 result = handler(call, obj, args)
             if isinstance(result, _Deferred):
                 client.reply(rid, result.value, call.enc)
@@ -635,6 +684,8 @@ class Service:
             log.exception("%s: call failed", client)
             client.error(rid, NnError(ErrorStatus.GENERAL_FAILURE, f"{type(e).__name__}: {e}"))
         finally:
+            if foreground:
+                self._foreground.leave()
             dec.close()
             if counted:
                 with client.lock:
@@ -836,8 +887,15 @@ class Service:
                 if not data:
                     close_fds(fds)
                     return
-                for body, frame_fds in decoder.feed(data, fds):
-                    self._channel_call(client, oid, burst, channel, send_lock, body, frame_fds)
+                foreground = not _is_background(burst)
+                if foreground:  # until answered: LOW work gives way (see `_Foreground`)
+                    self._foreground.enter()
+                try:
+                    for body, frame_fds in decoder.feed(data, fds):
+                        self._channel_call(client, oid, burst, channel, send_lock, body, frame_fds)
+                finally:
+                    if foreground:
+                        self._foreground.leave()
         except (OSError, ProtocolError, ValueError) as e:
             log.debug("%s: burst channel closed (%s)", client, e)
         finally:
