@@ -508,19 +508,28 @@ def test_the_service_has_its_drivers_low_work_give_way_to_calls(tmp_path):
     service.start()
     threading.Thread(target=service.serve_forever, daemon=True).start()
     device = connect(service.socket_path)
+
+    def goes_idle() -> bool:  # (a call's thread leaves the foreground just after its answer)
+        end = time.monotonic() + 30
+        while driver.scheduler.foreground() and time.monotonic() < end:
+            time.sleep(0.001)
+        return not driver.scheduler.foreground()
+
     try:
-        assert callable(driver.scheduler.foreground) and not driver.scheduler.foreground()
+        assert callable(driver.scheduler.foreground) and goes_idle()
         request, out, handles = _hal_io()
         for priority in (Priority.HIGH, Priority.LOW, Priority.MEDIUM):
             prepared = device.prepare_model(add_relu_model().to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER,
                                             priority, None, None, None)
+            assert goes_idle()  # (the preparation's call has left)
             prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
             np.testing.assert_array_equal(out.array(0, 16, np.float32, (4,)), np.maximum(X + Y, 0))
         assert seen == [("HIGH", True), ("LOW", False), ("MEDIUM", True)]
-        end = time.monotonic() + 30  # (the call's thread leaves the foreground just after its answer)
-        while driver.scheduler.foreground() and time.monotonic() < end:
-            time.sleep(0.001)
-        assert not driver.scheduler.foreground()
+        assert goes_idle()
     finally:
         device.close()
         service.stop()
+    end = time.monotonic() + 30  # a stopped service takes its probe back
+    while driver.scheduler.foreground is not None and time.monotonic() < end:
+        time.sleep(0.01)
+    assert driver.scheduler.foreground is None

@@ -412,6 +412,9 @@ class Service:
             self._shutdown()
 
     def _shutdown(self) -> None:
+        scheduler = getattr(self.driver, "scheduler", None)
+        if isinstance(scheduler, Scheduler) and scheduler.foreground is self._foreground:
+            scheduler.foreground = None  # the driver may outlive the service (in-process hosts, tests)
         with self._lock:
             clients = list(self._clients.values())
         for client in clients:
