@@ -520,9 +520,10 @@ def test_a_hold_never_outlasts_the_fair_share_it_makes_up_for():
     assert 5 <= seen["app 1 back after ms"] <= 40, seen
 
 
-# --- foreground input: LOW work gives way to a host's calls ------------------------------------------------
+# --- the host's calls: work gives way when the host's probe says so ------------------------------------------
 class Probe:
-    """A host's foreground probe: says yes while `busy` is set; counts its calls (and can fail)."""
+    """A host's probe: says yes for LOW work while `busy` is set (as the driver service does); counts
+    the questions per priority (and can fail)."""
 
     def __init__(self, busy: bool = False, fail: bool = False) -> None:
         self.busy = threading.Event()
@@ -530,17 +531,22 @@ class Probe:
             self.busy.set()
         self.fail = fail
         self.calls = 0
+        self.asked: set = set()
 
-    def __call__(self) -> bool:
+    def __call__(self, priority: Priority) -> bool:
         self.calls += 1
+        self.asked.add(Priority(priority))
         if self.fail:
             raise RuntimeError("probe broken")
-        return self.busy.is_set()
+        return priority == LOW and self.busy.is_set()
 
 
-def test_low_work_pauses_at_its_checkpoints_while_foreground_input_waits():
-    """While the host's probe says yes, a LOW task's checkpoint does not return (it sleeps, releasing
-    the interpreter lock); it goes on once the probe says no. MEDIUM and HIGH work never asks."""
+def test_work_pauses_at_its_checkpoints_while_the_hosts_probe_says_so(monkeypatch):
+    """While the host's probe says yes for its priority, a task's checkpoint does not return (it
+    sleeps, releasing the interpreter lock); it goes on once the probe says no. Work the probe
+    answers no for passes its checkpoints meanwhile."""
+    from nnapi.qos import scheduler as sched
+    monkeypatch.setattr(sched, "BACKGROUND_PAUSE_NS", 3600 * 10**9)  # (the bound has its own test)
     s = Scheduler(workers=2)
     s.foreground = probe = Probe(busy=True)
     entered, passed = threading.Event(), threading.Event()
@@ -558,13 +564,17 @@ def test_low_work_pauses_at_its_checkpoints_while_foreground_input_waits():
     probe.busy.clear()
     assert passed.wait(WAIT)
     join([t])
-    calls = probe.calls
-    for p in (MEDIUM, HIGH):
-        join([launch(s, lambda: checkpoint("x"), [], str(p), priority=p)])
-    assert probe.calls == calls
+    # Work the probe answers no for passes its checkpoints while it says yes to LOW work.
+    other = Scheduler(workers=2)
+    other.foreground = probe = Probe(busy=True)
+    order: list = []
+    join([launch(other, lambda: [checkpoint(f"{k}") for k in range(3)], order, p.name, priority=p)
+          for p in (MEDIUM, HIGH)])
+    assert sorted(order) == ["HIGH", "MEDIUM"] and probe.busy.is_set()
+    assert probe.asked == {MEDIUM, HIGH}
 
 
-def test_low_work_gives_way_for_a_bounded_time_and_never_under_fifo():
+def test_giving_way_is_bounded_never_under_fifo_and_a_broken_probe_is_dropped():
     """A probe that always says yes delays a LOW checkpoint by at most BACKGROUND_PAUSE_NS each time
     (the work still finishes); the FIFO baseline never asks; a probe that fails is dropped."""
     from nnapi.qos import scheduler as sched

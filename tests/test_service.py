@@ -484,10 +484,11 @@ def test_an_app_connecting_again_and_again_keeps_its_descriptors_and_works_past_
 
 
 def test_the_service_has_its_drivers_low_work_give_way_to_calls(tmp_path):
-    """A service installs its foreground probe on the driver's scheduler: it says yes while a call of
-    MEDIUM or HIGH work is run, not for LOW work's own calls, and no once the service is idle (so LOW
-    work pauses at its checkpoints only while the threads reading and answering calls need the
-    interpreter lock)."""
+    """A service installs its probe on the driver's scheduler: LOW work should give way while a
+    synchronous execution of MEDIUM or HIGH work is handled, not during LOW work's own executions,
+    and not once the service is idle; work of other priorities never gives way (the scheduler
+    arbitrates it). So LOW work pauses at its checkpoints only while the threads handling calls need
+    the interpreter lock."""
     from nnapi.drivers.reference import ReferenceDevice
     from nnapi.service.server import Service
     seen: list = []
@@ -498,7 +499,8 @@ def test_the_service_has_its_drivers_low_work_give_way_to_calls(tmp_path):
             run = prepared.execute_synchronously
 
             def spied(*a, **k):
-                seen.append((Priority(prepared.priority).name, self.scheduler.foreground()))
+                probe = self.scheduler.foreground
+                seen.append((Priority(prepared.priority).name, probe(Priority.LOW), probe(Priority.MEDIUM)))
                 return run(*a, **k)
             prepared.execute_synchronously = spied
             return prepared
@@ -511,9 +513,9 @@ def test_the_service_has_its_drivers_low_work_give_way_to_calls(tmp_path):
 
     def goes_idle() -> bool:  # (a call's thread leaves the foreground just after its answer)
         end = time.monotonic() + 30
-        while driver.scheduler.foreground() and time.monotonic() < end:
+        while driver.scheduler.foreground(Priority.LOW) and time.monotonic() < end:
             time.sleep(0.001)
-        return not driver.scheduler.foreground()
+        return not driver.scheduler.foreground(Priority.LOW)
 
     try:
         assert callable(driver.scheduler.foreground) and goes_idle()
@@ -524,7 +526,7 @@ def test_the_service_has_its_drivers_low_work_give_way_to_calls(tmp_path):
             assert goes_idle()  # (the preparation's call has left)
             prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
             np.testing.assert_array_equal(out.array(0, 16, np.float32, (4,)), np.maximum(X + Y, 0))
-        assert seen == [("HIGH", True), ("LOW", False), ("MEDIUM", True)]
+        assert seen == [("HIGH", True, False), ("LOW", False, False), ("MEDIUM", True, False)]
         assert goes_idle()
     finally:
         device.close()

@@ -32,12 +32,15 @@ goes back to its queue with its original place and resumes from the same point w
 again (Q4): results are those of an uninterrupted run. `policy="fifo"` turns priorities, fairness
 and preemption off (the baseline the QoS benchmark compares with).
 
-Foreground input (`Scheduler.foreground`): a host whose calls arrive as input that Python threads
-must read (the driver service) sets a probe saying that such input waits or is being handled. While
-it is true, LOW-priority work pauses at its checkpoints, in short sleeps that release the interpreter
-lock (at most `BACKGROUND_PAUSE_NS` per checkpoint). Without this, a call's thread waited for the
-lock behind the Python of LOW work before the scheduler ever saw the call: the lock goes to whichever
-thread wins the race, and two LOW threads handing it to each other starved a third for 10 ms and more.
+The host's calls (`Scheduler.foreground`): a host whose calls Python threads must read, handle and
+answer (the driver service) sets a probe `foreground(priority)` saying whether running work of that
+priority should give way now (the service: LOW work, while a call waits to be read or is being
+read, and while a synchronous execution of other work is handled). Work that
+should pauses at its checkpoints, in short sleeps that release the interpreter lock (at most
+`BACKGROUND_PAUSE_NS` each time; never under FIFO, and never once the scheduler wants the work to
+yield its slot). Without this a call's thread waited for the lock behind the Python of running work
+before the scheduler ever saw the call: the lock goes to whichever thread wins the race, and two
+threads of work handing it to each other starved a third for 10 ms and more.
 """
 from __future__ import annotations
 
@@ -60,8 +63,8 @@ _local = threading.local()
 
 QUEUED, RUNNING, DONE = "queued", "running", "done"
 
-#: Longest pause of LOW-priority work at one checkpoint while `Scheduler.foreground` says yes, and
-#: the sleep it pauses in.
+#: Longest pause of running work at one checkpoint while `Scheduler.foreground` says yes, and the
+#: sleep it pauses in.
 BACKGROUND_PAUSE_NS = 2_000_000
 BACKGROUND_SLEEP_S = 0.0002
 
@@ -214,9 +217,10 @@ class Ticket:
             scheduler._finish(self, outcome)
 
     def checkpoint(self, where: str = "") -> None:
-        """Abort once the deadline has passed; yield when the scheduler asks (then resume here); LOW
-        work gives way to foreground input (see the module doc)."""
-        if self.priority == Priority.LOW and self.scheduler.foreground is not None and not self.scheduler.fifo:
+        """Abort once the deadline has passed; yield when the scheduler asks (then resume here); give
+        way to the host's calls (see the module doc), also once resumed."""
+        giving_way = self.scheduler.foreground is not None and not self.scheduler.fifo
+        if giving_way:
             self._give_way()
         deadline, yield_at = self.deadline, self._yield_at
         if deadline is None and yield_at is None:
@@ -230,14 +234,16 @@ class Ticket:
                           + (f" before {where}" if where else ""))
         if yield_at is not None and now >= yield_at:
             self.scheduler._yield(self, where)
+            if giving_way:
+                self._give_way()
 
     def _give_way(self) -> None:
-        """Sleep (releasing the interpreter lock) while the host's foreground probe says yes, for at
-        most BACKGROUND_PAUSE_NS, and not once the scheduler wants this work to yield its slot (the
-        checkpoint then yields it as usual)."""
-        probe = self.scheduler.foreground
+        """Sleep (releasing the interpreter lock) while the host's probe says work of this priority
+        should give way, for at most BACKGROUND_PAUSE_NS, and not once the scheduler wants this work
+        to yield its slot (the checkpoint then yields it as usual)."""
+        probe, priority = self.scheduler.foreground, self.priority
         try:
-            if probe is None or not probe():
+            if probe is None or not probe(priority):
                 return
             end = time.monotonic_ns() + BACKGROUND_PAUSE_NS
             while time.monotonic_ns() < end:
@@ -245,7 +251,7 @@ class Ticket:
                 if yield_at is not None and self.scheduler.clock() >= yield_at:
                     return
                 time.sleep(BACKGROUND_SLEEP_S)
-                if not probe():
+                if not probe(priority):
                     return
         except Exception:  # a broken probe never stops the work
             self.scheduler.foreground = None
@@ -319,8 +325,9 @@ class Scheduler:
         #: How long work started on a lent slot waits for the lender to pause (0: never waits; for
         #: drivers whose checkpoints are far apart, such as compiled sub-models).
         self.handoff_ns = handoff_ns
-        #: The host's probe for foreground input (see the module doc); None: no host sets one.
-        self.foreground: Callable[[], bool] | None = None
+        #: The host's probe: should running work of a priority give way now (see the module doc)?
+        #: None: no host sets one.
+        self.foreground: Callable[[Priority], bool] | None = None
         self._free = self.workers
         self._apps: dict[int, _App] = {}
         self._running: list[Ticket] = []

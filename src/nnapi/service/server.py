@@ -20,6 +20,7 @@ descriptor is either kept by an object of that connection or closed.
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import inspect
 import logging
@@ -31,7 +32,7 @@ import stat
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..hal import (ClientId, ErrorStatus, ExecutionPreference, IDevice, MeasureTiming, MemoryPool, NnError, Priority,
                    Request, invalid)
@@ -249,19 +250,23 @@ class _Client:
 
 
 class _Foreground:
-    """The service's answer to `qos.Scheduler.foreground`: a call waits for a service thread (an event
-    on the service's epoll) or one is being read or run that is not LOW-priority work. While it says
-    yes, the driver's LOW work pauses at its checkpoints, so the threads reading and answering calls
-    get the interpreter lock (see `qos.scheduler`)."""
+    """The service's answer to `qos.Scheduler.foreground`: LOW work gives way while a call waits for a
+    service thread (an event on the service's epoll) or is being read, and while a synchronous
+    execution of other work is handled, from its reading to its answer (its decoding, write-back and
+    answer need the interpreter lock too). Work of other priorities never does: the scheduler
+    arbitrates it (fair shares between apps)."""
 
     def __init__(self, epoll_fd: int) -> None:
         self._fd = epoll_fd
         self._local = threading.local()  # a poll object per thread (one must not be polled concurrently)
         self._lock = threading.Lock()
-        self._count = 0
+        self._io = 0
+        self._runs = 0
 
-    def __call__(self) -> bool:
-        if self._count:
+    def __call__(self, priority: Priority) -> bool:
+        if priority != Priority.LOW:
+            return False
+        if self._io or self._runs:
             return True
         poller = getattr(self._local, "poller", None)
         if poller is None:
@@ -269,19 +274,35 @@ class _Foreground:
             poller.register(self._fd, select.POLLIN)
         return bool(poller.poll(0))
 
-    def enter(self) -> None:
+    @contextlib.contextmanager
+    def io(self) -> Iterator[None]:
+        """Around reading calls."""
         with self._lock:
-            self._count += 1
+            self._io += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._io -= 1
 
-    def leave(self) -> None:
+    @contextlib.contextmanager
+    def execution(self, obj: Any) -> Iterator[None]:
+        """Around a synchronous execution on `obj` (a prepared model or a burst), unless it is LOW work."""
+        prepared = getattr(getattr(obj, "driver_burst", None), "prepared", obj)
+        if getattr(prepared, "priority", None) == Priority.LOW:
+            yield
+            return
         with self._lock:
-            self._count -= 1
+            self._runs += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._runs -= 1
 
 
-def _is_background(obj: Any) -> bool:
-    """Whether calls on `obj` are LOW-priority work (a prepared model, or a burst of one)."""
-    prepared = getattr(getattr(obj, "driver_burst", None), "prepared", obj)
-    return getattr(prepared, "priority", None) == Priority.LOW
+#: Calls whose handling makes LOW work give way (`_Foreground.execution`).
+_EXECUTIONS = frozenset({"execute_synchronously", "burst_execute"})
 
 
 def _accepts_client(fn: Callable) -> bool:
@@ -516,11 +537,8 @@ class Service:
         else:
             client = self._clients.get(fd)
             if client is not None:
-                self._foreground.enter()
-                try:
+                with self._foreground.io():  # LOW work gives way while a call is read
                     self._readable(client, tasks)
-                finally:
-                    self._foreground.leave()
         if len(tasks) > 1:
             self._ready.extend(tasks[1:])
             for _ in tasks[1:]:
@@ -655,26 +673,27 @@ class Service:
             client.error(rid, NnError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
                                       f"{method}: too many calls in flight; try again"))
         else:
-            tasks.append(lambda: self._run(client, rid, kind, handler, target, args, dec))
+            tasks.append(lambda: self._run(client, rid, kind, handler, target, args, dec,
+                                           execution=method in _EXECUTIONS))
         return True
 
     # --- one call (any service thread) -----------------------------------------------------------------
     def _run(self, client: _Client, rid: int, kind: str | None, handler: Callable, target: Any, args: list,
-             dec: Decoder, counted: bool = True) -> None:
+             dec: Decoder, counted: bool = True, execution: bool = False) -> None:
         call = _Call(client, rid, dec, Encoder())
-        foreground = False
+        hold = contextlib.ExitStack()  # an execution: from its decoding to its answer
         try:
-            with calling_client(client.creds.uid, client.creds.pid):
-                obj = client.lookup(target, kind) if kind is not None else None
-                foreground = not _is_background(obj)
-                if foreground:  # until answered: LOW work gives way (see `_Foreground`)
-                    self._foreground.enter()
-                result = handler(call, obj, args)
-            if isinstance(result, _Deferred):
-                client.reply(rid, result.value, call.enc)
-                result.after()
-            else:
-                client.reply(rid, result, call.enc)
+            with hold:
+                with calling_client(client.creds.uid, client.creds.pid):
+                    obj = client.lookup(target, kind) if kind is not None else None
+                    if execution:
+                        hold.enter_context(self._foreground.execution(obj))
+                    result = handler(call, obj, args)
+                if isinstance(result, _Deferred):
+                    client.reply(rid, result.value, call.enc)
+                    result.after()
+                else:
+                    client.reply(rid, result, call.enc)
         except NnError as e:
             call.enc.close()
             client.error(rid, e)
@@ -687,8 +706,6 @@ class Service:
             log.exception("%s: call failed", client)
             client.error(rid, NnError(ErrorStatus.GENERAL_FAILURE, f"{type(e).__name__}: {e}"))
         finally:
-            if foreground:
-                self._foreground.leave()
             dec.close()
             if counted:
                 with client.lock:
@@ -890,15 +907,8 @@ class Service:
                 if not data:
                     close_fds(fds)
                     return
-                foreground = not _is_background(burst)
-                if foreground:  # until answered: LOW work gives way (see `_Foreground`)
-                    self._foreground.enter()
-                try:
-                    for body, frame_fds in decoder.feed(data, fds):
-                        self._channel_call(client, oid, burst, channel, send_lock, body, frame_fds)
-                finally:
-                    if foreground:
-                        self._foreground.leave()
+                for body, frame_fds in decoder.feed(data, fds):
+                    self._channel_call(client, oid, burst, channel, send_lock, body, frame_fds)
         except (OSError, ProtocolError, ValueError) as e:
             log.debug("%s: burst channel closed (%s)", client, e)
         finally:
@@ -911,30 +921,33 @@ class Service:
                       send_lock: threading.Lock, body: bytes, fds: list[int]) -> None:
         dec = Decoder(fds)
         rid = 0
-        try:
-            message = codec.unpack(body, len(fds))
-            if type(message) is not list or len(message) != 5 or message[0] != CALL:
-                raise invalid("a call must be [0, request id, method, target, args]")
-            _, rid, method, target, args = message
-            rid = check_int(rid, "request id", 0, 2**63 - 1)
-            if method not in ("burst_execute", "burst_release") or target != oid:
-                raise invalid(f"a burst channel takes burst_execute and burst_release of burst {oid}, not "
-                              f"{method!r} on {target!r}")
-            args = check_list(args, f"{method} arguments")
-            handler = self._burst_execute if method == "burst_execute" else self._burst_release
-            with calling_client(client.creds.uid, client.creds.pid):
-                result = handler(_Call(client, rid, dec, Encoder()), burst, args)
-            answer = [REPLY, rid, result]
-        except NnError as e:
-            answer = codec.error_message(rid, e)
-        except Exception as e:  # a driver bug never takes the service down
-            log.exception("%s: burst call failed", client)
-            answer = codec.error_message(rid, NnError(ErrorStatus.GENERAL_FAILURE, f"{type(e).__name__}: {e}"))
-        finally:
-            dec.close()
-        if rid:
-            with send_lock:
-                send_frame(channel, codec.pack(answer))
+        with contextlib.ExitStack() as hold:  # an execution: from its decoding to its answer
+            try:
+                message = codec.unpack(body, len(fds))
+                if type(message) is not list or len(message) != 5 or message[0] != CALL:
+                    raise invalid("a call must be [0, request id, method, target, args]")
+                _, rid, method, target, args = message
+                rid = check_int(rid, "request id", 0, 2**63 - 1)
+                if method not in ("burst_execute", "burst_release") or target != oid:
+                    raise invalid(f"a burst channel takes burst_execute and burst_release of burst {oid}, not "
+                                  f"{method!r} on {target!r}")
+                args = check_list(args, f"{method} arguments")
+                if method in _EXECUTIONS:
+                    hold.enter_context(self._foreground.execution(burst))
+                handler = self._burst_execute if method == "burst_execute" else self._burst_release
+                with calling_client(client.creds.uid, client.creds.pid):
+                    result = handler(_Call(client, rid, dec, Encoder()), burst, args)
+                answer = [REPLY, rid, result]
+            except NnError as e:
+                answer = codec.error_message(rid, e)
+            except Exception as e:  # a driver bug never takes the service down
+                log.exception("%s: burst call failed", client)
+                answer = codec.error_message(rid, NnError(ErrorStatus.GENERAL_FAILURE, f"{type(e).__name__}: {e}"))
+            finally:
+                dec.close()
+            if rid:
+                with send_lock:
+                    send_frame(channel, codec.pack(answer))
 
     def _burst_execute(self, call: _Call, burst: _Burst, args) -> list:
         """A burst execution: pools the client cached are named by slot, new ones come with their fds."""
