@@ -301,6 +301,15 @@ class _Foreground:
                 self._runs -= 1
 
 
+def _read_call(body: bytes, n_fds: int) -> tuple[int, Any, Any, Any]:
+    """(request id, method, target, args) of a call frame; INVALID_ARGUMENT naming what is wrong."""
+    message = codec.unpack(body, n_fds)
+    if type(message) is not list or len(message) != 5 or message[0] != CALL:
+        raise invalid("a call must be [0, request id, method, target, args]")
+    _, rid, method, target, args = message
+    return check_int(rid, "request id", 0, 2**63 - 1), method, target, args
+
+
 #: Calls whose handling makes LOW work give way (`_Foreground.execution`).
 _EXECUTIONS = frozenset({"execute_synchronously", "burst_execute"})
 
@@ -644,11 +653,7 @@ class Service:
         dec = Decoder(fds)
         rid = 0
         try:
-            message = codec.unpack(body, len(fds))
-            if type(message) is not list or len(message) != 5 or message[0] != CALL:
-                raise invalid("a call must be [0, request id, method, target, args]")
-            _, rid, method, target, args = message
-            rid = check_int(rid, "request id", 0, 2**63 - 1)
+            rid, method, target, args = _read_call(body, len(fds))
             method = check_str(method, "method")
             if not client.greeted and method != "hello":
                 raise invalid(f"the first call must be hello, not {method!r}")
@@ -923,11 +928,7 @@ class Service:
         rid = 0
         with contextlib.ExitStack() as hold:  # an execution: from its decoding to its answer
             try:
-                message = codec.unpack(body, len(fds))
-                if type(message) is not list or len(message) != 5 or message[0] != CALL:
-                    raise invalid("a call must be [0, request id, method, target, args]")
-                _, rid, method, target, args = message
-                rid = check_int(rid, "request id", 0, 2**63 - 1)
+                rid, method, target, args = _read_call(body, len(fds))
                 if method not in ("burst_execute", "burst_release") or target != oid:
                     raise invalid(f"a burst channel takes burst_execute and burst_release of burst {oid}, not "
                                   f"{method!r} on {target!r}")
