@@ -15,7 +15,8 @@ One run, side by side, medians:
    (goal <= 1.05).
 4. Two apps of two uids on one service (forked children that drop to uids 1000 and 1001): app A's
    200 HIGH executions alone, then while app B saturates the service with LOW ones (goal: A's p99 <=
-   1.5x its unloaded p99; with 60 executions, p99 was the single slowest one); then both saturate it equally (goal: running times within 20%).
+   1.5x its unloaded p99; with 60 executions, p99 was the single slowest one); then both saturate it
+   equally (goal: running times within 20%).
    For comparison, the same two apps on an in-process reference driver (the scheduler alone), and
    on a served openvino driver (native kernels: little of the driver's own Python competes with the
    service's threads for the interpreter lock).

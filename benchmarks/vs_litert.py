@@ -4,8 +4,8 @@ For each thread count and model: LiteRT 2.3.0 (`ai-edge-litert`, XNNPACK, the sa
 nnapi on each target (`openvino` alone, `default` = all devices, partitioned, or any device name):
 - preparation: cold (empty cache directory, so it includes the NNAPI -> device graph build and the
   compile) and cached (the same cache directory again), side by side, with the ratio of their medians
-  over `--prepare-runs` pairs (each cold one in a directory of its own); the cached
-  preparation also in a new process (once) (as after an app restart: nothing of the compilation in memory);
+  over `--prepare-runs` pairs (each cold one in a directory of its own); the cached preparation also
+  once in a new process (as after an app restart: nothing of the compilation in memory);
 - execution: after warm-ups, the targets run round-robin (LiteRT, then each nnapi target, repeated
   `--runs` times, each round starting one runtime later), so machine noise hits every runtime alike
   and each runtime runs after every other equally often; p50 / p90 per target and the ratio of

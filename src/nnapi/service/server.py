@@ -260,13 +260,12 @@ class _Foreground:
         self._fd = epoll_fd
         self._local = threading.local()  # a poll object per thread (one must not be polled concurrently)
         self._lock = threading.Lock()
-        self._io = 0
-        self._runs = 0
+        self._held = 0  # calls being read, and executions of other work being handled
 
     def __call__(self, priority: Priority) -> bool:
         if priority != Priority.LOW:
             return False
-        if self._io or self._runs:
+        if self._held:
             return True
         poller = getattr(self._local, "poller", None)
         if poller is None:
@@ -275,30 +274,20 @@ class _Foreground:
         return bool(poller.poll(0))
 
     @contextlib.contextmanager
-    def io(self) -> Iterator[None]:
-        """Around reading calls."""
+    def held(self) -> Iterator[None]:
+        """Around a call being read (and, through `execution`, an execution of other work)."""
         with self._lock:
-            self._io += 1
+            self._held += 1
         try:
             yield
         finally:
             with self._lock:
-                self._io -= 1
+                self._held -= 1
 
-    @contextlib.contextmanager
-    def execution(self, obj: Any) -> Iterator[None]:
+    def execution(self, obj: Any) -> contextlib.AbstractContextManager:
         """Around a synchronous execution on `obj` (a prepared model or a burst), unless it is LOW work."""
         prepared = getattr(getattr(obj, "driver_burst", None), "prepared", obj)
-        if getattr(prepared, "priority", None) == Priority.LOW:
-            yield
-            return
-        with self._lock:
-            self._runs += 1
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._runs -= 1
+        return contextlib.nullcontext() if getattr(prepared, "priority", None) == Priority.LOW else self.held()
 
 
 def _read_call(body: bytes, n_fds: int) -> tuple[int, Any, Any, Any]:
@@ -364,8 +353,10 @@ class Service:
         self._epoll = select.epoll()
         self._foreground = _Foreground(self._epoll.fileno())
         scheduler = getattr(driver, "scheduler", None)
-        if isinstance(scheduler, Scheduler):  # the driver base's: LOW work gives way to calls
-            scheduler.foreground = self._foreground
+        #: The driver base's scheduler, whose LOW work gives way to calls (None: the driver has none).
+        self._scheduler = scheduler if isinstance(scheduler, Scheduler) else None
+        if self._scheduler is not None:
+            self._scheduler.foreground = self._foreground
         self._watched = -1
         self._hello: dict | None = None
         self._takes_client = {name: _accepts_client(getattr(driver, name)) for name in (
@@ -442,9 +433,8 @@ class Service:
             self._shutdown()
 
     def _shutdown(self) -> None:
-        scheduler = getattr(self.driver, "scheduler", None)
-        if isinstance(scheduler, Scheduler) and scheduler.foreground is self._foreground:
-            scheduler.foreground = None  # the driver may outlive the service (in-process hosts, tests)
+        if self._scheduler is not None and self._scheduler.foreground is self._foreground:
+            self._scheduler.foreground = None  # the driver may outlive the service (in-process hosts, tests)
         with self._lock:
             clients = list(self._clients.values())
         for client in clients:
@@ -546,7 +536,7 @@ class Service:
         else:
             client = self._clients.get(fd)
             if client is not None:
-                with self._foreground.io():  # LOW work gives way while a call is read
+                with self._foreground.held():  # LOW work gives way while a call is read
                     self._readable(client, tasks)
         if len(tasks) > 1:
             self._ready.extend(tasks[1:])
@@ -686,9 +676,8 @@ class Service:
     def _run(self, client: _Client, rid: int, kind: str | None, handler: Callable, target: Any, args: list,
              dec: Decoder, counted: bool = True, execution: bool = False) -> None:
         call = _Call(client, rid, dec, Encoder())
-        hold = contextlib.ExitStack()  # an execution: from its decoding to its answer
         try:
-            with hold:
+            with contextlib.ExitStack() as hold:  # an execution: from its decoding to its answer
                 with calling_client(client.creds.uid, client.creds.pid):
                     obj = client.lookup(target, kind) if kind is not None else None
                     if execution:
