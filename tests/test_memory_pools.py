@@ -520,6 +520,64 @@ def test_ashmem_sealed_once_written():
     expect(ResultCode.BAD_DATA, Memory.copy, Memory.ashmem(16), memory)
 
 
+def test_closing_memory_twice_leaves_a_reused_descriptor_alone():
+    """close() and then the finalizer: the second must not close the descriptor number, which the
+    process may have reused for something else since."""
+    memory = Memory.ashmem(16)
+    number = memory.handle.fds[0]
+    memory.close()
+    reused = os.memfd_create("reused")
+    try:
+        assert reused == number  # the lowest free number comes back
+        memory.close()
+        del memory
+        os.fstat(reused)  # still open
+    finally:
+        os.close(reused)
+
+
+def _own_memfd_mappings(name: str) -> int:
+    with open("/proc/self/maps") as f:
+        return sum(1 for line in f if f"/memfd:{name}" in line)
+
+
+@pytest.mark.parametrize("device", ["reference", "xla", "openvino"])
+@pytest.mark.parametrize("through", ["execution", "burst"])
+def test_every_driver_lets_go_of_shared_memory_so_the_app_can_seal_and_free_it(device, through):
+    """A driver may keep an app's numpy arrays between executions, not shared memory mapped for one:
+    after an execution (or while a burst holds it) the app seals its input and output memory, uses
+    them sealed, and once it frees them nothing maps them any more."""
+    import gc
+    from nnapi.memory import allocate_ashmem
+    n, name = 1 << 16, f"nnapi-let-go-{device}-{through}"
+    c = nnapi.Compilation(add_relu_model(n), devices=[device]).finish()
+    a, b, out = (Memory(allocate_ashmem(4 * n, name=name)) for _ in range(3))
+    a.array(np.float32, (n,))[:] = 1
+    b.array(np.float32, (n,))[:] = 2
+    burst = c.create_burst() if through == "burst" else None
+
+    def run(x: Memory, y: Memory, z: Memory) -> np.ndarray:
+        e = nnapi.Execution(c)
+        e.set_input_from_memory(0, x, 0, 4 * n)
+        e.set_input_from_memory(1, y, 0, 4 * n)
+        e.set_output_from_memory(0, z, 0, 4 * n)
+        e.burst_compute(burst) if burst is not None else e.compute()
+        return z.array(np.float32, (n,))
+
+    np.testing.assert_array_equal(run(a, b, out)[:2], [3, 3])
+    np.testing.assert_array_equal(run(a, b, out)[-2:], [3, 3])
+    out.seal()
+    a.seal()
+    np.testing.assert_array_equal(run(out, a, b)[:2], [4, 4])
+    if burst is not None:
+        burst.close()
+    for memory in (a, b, out):
+        memory.close()
+    del memory
+    gc.collect()
+    assert _own_memfd_mappings(name) == 0
+
+
 # --- the mapping cache (a service maps an app's shared memory once) -------------------------------
 def _ashmem(size: int) -> MemoryHandle:
     from nnapi.memory import allocate_ashmem

@@ -535,3 +535,90 @@ def test_the_service_has_its_drivers_low_work_give_way_to_calls(tmp_path):
     while driver.scheduler.foreground is not None and time.monotonic() < end:
         time.sleep(0.01)
     assert driver.scheduler.foreground is None
+
+
+def _ashmem_memory(n: int, value: float | None = None) -> nnapi.Memory:
+    """Runtime memory of n floats in a memfd named for `_service_memfd_mappings`."""
+    from nnapi.memory import allocate_ashmem as allocate
+    memory = nnapi.Memory(allocate(4 * n, name="nnapi-test-pool"))
+    if value is not None:
+        memory.array(np.float32, (n,))[:] = value
+    return memory
+
+
+def test_memory_the_service_keeps_mapped_can_be_sealed_and_is_let_go_when_freed(services_dir, service):
+    """The service maps large memory once and keeps it mapped between calls; that must not keep the app
+    from sealing it (a seal needs no writable mapping alive anywhere), nor hold it after the app frees it."""
+    import gc
+    n = 1 << 16  # 256 KB: kept mapped
+    model = add_relu_model(n)
+    c = nnapi.Compilation(model, devices=["reference"]).finish()
+    conn = c.steps[0].device.driver  # (its `status()` says what the service holds for this app)
+    a, b, out = _ashmem_memory(n, 1.0), _ashmem_memory(n, 2.0), _ashmem_memory(n)
+
+    def run(x: nnapi.Memory, y: nnapi.Memory, z: nnapi.Memory) -> None:
+        e = nnapi.Execution(c)
+        e.set_input_from_memory(0, x, 0, 4 * n)
+        e.set_input_from_memory(1, y, 0, 4 * n)
+        e.set_output_from_memory(0, z, 0, 4 * n)
+        e.compute()
+
+    before = _service_memfd_mappings(service)
+    run(a, b, out)
+    run(a, b, out)
+    assert conn.status()["mappings"] == 3
+    assert _service_memfd_mappings(service) == before + 3
+    np.testing.assert_array_equal(out.array(np.float32, (n,))[:3], [3, 3, 3])
+    out.seal()  # an output the service wrote into, still mapped there: sealed all the same
+    a.seal()
+    assert out.sealed and a.sealed
+    assert conn.status()["mappings"] == 1  # b's
+    result = _ashmem_memory(n)
+    run(out, a, result)  # sealed memory is still an input (mapped read-only now)
+    np.testing.assert_array_equal(result.array(np.float32, (n,))[-2:], [4, 4])
+    with pytest.raises(NnError) as err:  # but no driver can write into it any more
+        run(a, b, out)
+    assert err.value.code == ResultCode.BAD_DATA
+    mapped = conn.status()["mappings"]
+    b.close()
+    assert conn.status()["mappings"] == mapped - 1  # freed by the app: let go of with the next call
+    spare = _ashmem_memory(n, 1.0)
+    run(spare, spare, result)
+    assert conn.status()["mappings"] == mapped
+    del spare  # and when the app just drops it
+    gc.collect()
+    assert conn.status()["mappings"] == mapped - 1
+    for memory in (a, out, result):
+        memory.close()
+    conn.status()
+    end = time.monotonic() + 10
+    while _service_memfd_mappings(service) != before:  # nothing of this app's memory stays mapped there
+        assert time.monotonic() < end, "the service still maps memory the app has freed"
+        time.sleep(0.02)
+
+
+def test_memory_a_burst_holds_can_be_sealed_and_the_burst_goes_on(reference):
+    """A burst keeps its executions' memory mapped (or sent) by slot; sealing such memory lets go of it
+    first, and the burst goes on with the memory, sealed, as an input."""
+    n = 1 << 10
+    c = nnapi.Compilation(add_relu_model(n), devices=[reference]).finish()
+    a, b, out = _ashmem_memory(n, 1.0), _ashmem_memory(n, 2.0), _ashmem_memory(n)
+
+    def run(burst: nnapi.Burst, x: nnapi.Memory, y: nnapi.Memory, z: nnapi.Memory) -> np.ndarray:
+        e = nnapi.Execution(c)
+        e.set_input_from_memory(0, x, 0, 4 * n)
+        e.set_input_from_memory(1, y, 0, 4 * n)
+        e.set_output_from_memory(0, z, 0, 4 * n)
+        burst.compute(e)
+        return z.array(np.float32, (n,))
+
+    with c.create_burst() as burst:
+        for _ in range(2):
+            np.testing.assert_array_equal(run(burst, a, b, out)[:2], [3, 3])
+        out.seal()  # held by the burst as an output: sealed all the same
+        b.seal()
+        assert out.sealed and b.sealed
+        np.testing.assert_array_equal(run(burst, out, b, a)[-2:], [5, 5])  # sealed inputs, through the burst
+        with pytest.raises(NnError) as err:
+            run(burst, a, b, out)
+        assert err.value.code == ResultCode.BAD_DATA

@@ -4,11 +4,12 @@ domains (driver-managed buffers: `domains`)."""
 from .hardware_buffer import (HardwareBuffer, HardwareBufferDesc, HardwareBufferFormat, HardwareBufferUsage,
                               MappedImage, can_map, decode_hardware_buffer, is_hardware_buffer,
                               map_hardware_buffer, mappable_constant_flags)
-from .pools import (MappedPool, MappingCache, allocate_ashmem, close_handle, dup_handle, is_sealed, map_handle, map_pool,
-                    max_tensor_bytes, mmap_fd_handle, physical_memory_bytes,
-                    seal_handle)
+from .pools import (MAPPED_ONCE_BYTES, ArrayPool, MappedPool, MappingCache, allocate_ashmem, close_handle,
+                    dup_handle, file_identity, forget_mappings, is_sealed, map_handle, map_pool, max_tensor_bytes,
+                    mmap_fd_handle, on_forget, physical_memory_bytes, seal_handle)
 
-__all__ = ["HardwareBuffer", "HardwareBufferDesc", "HardwareBufferFormat", "HardwareBufferUsage", "MappedImage",
-           "MappedPool", "MappingCache", "allocate_ashmem", "can_map", "close_handle", "decode_hardware_buffer", "dup_handle",
-           "is_hardware_buffer", "is_sealed", "map_handle", "map_hardware_buffer", "map_pool", "mappable_constant_flags",
-           "max_tensor_bytes", "mmap_fd_handle", "physical_memory_bytes", "seal_handle"]
+__all__ = ["MAPPED_ONCE_BYTES", "ArrayPool", "HardwareBuffer", "HardwareBufferDesc", "HardwareBufferFormat",
+           "HardwareBufferUsage", "MappedImage", "MappedPool", "MappingCache", "allocate_ashmem", "can_map", "close_handle",
+           "decode_hardware_buffer", "dup_handle", "file_identity", "forget_mappings", "is_hardware_buffer",
+           "is_sealed", "map_handle", "map_hardware_buffer", "map_pool", "mappable_constant_flags",
+           "max_tensor_bytes", "mmap_fd_handle", "on_forget", "physical_memory_bytes", "seal_handle"]

@@ -7,13 +7,18 @@ bounds and returns a `MappedPool` whose `view(offset, length)` is a zero-copy me
 """
 from __future__ import annotations
 
+import errno
+import gc
 import fcntl
 import functools
 import mmap
 import os
 import stat
 import threading
+import time
+import weakref
 from collections import OrderedDict
+from typing import Callable
 
 import numpy as np
 
@@ -64,15 +69,64 @@ _SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_
 def seal_handle(handle: MemoryHandle) -> None:
     """Seal an `ashmem` memfd once written: no more writes, no resizing, by anyone holding it.
 
-    Fails (BAD_STATE-like GENERAL_FAILURE) while a writable mapping of it is still alive.
+    Mappings kept across calls by bursts and services (`on_forget`) are given back first; fails
+    (GENERAL_FAILURE) while a writable mapping of the caller's own is still alive.
     """
     if handle.name != "ashmem" or len(handle.fds) != 1:
         raise NnError(ErrorStatus.INVALID_ARGUMENT, f"only ashmem can be sealed, not {handle.name!r}")
+    for attempt in range(6):
+        try:
+            fcntl.fcntl(handle.fds[0], fcntl.F_ADD_SEALS, _SEALS)
+            return
+        except OSError as e:
+            error = e
+            if e.errno != errno.EBUSY:
+                break
+        if attempt == 0:
+            forget_mappings(handle, wait=True)
+            gc.collect()  # (a view in a reference cycle holds a mapping until the collector runs)
+        else:  # (a burst's release reaches its service on the burst's own channel)
+            time.sleep(0.002 * 2 ** attempt)
+    raise NnError(ErrorStatus.GENERAL_FAILURE, f"cannot seal the ashmem: {error.strerror} (a writable "
+                                               "mapping may still be alive)")
+
+
+# Whoever keeps a mapping of (or a descriptor to) shared memory across calls (a burst's slots, a
+# service's mapping cache) registers a method here, called with the handle before the memory is
+# sealed (`wait`: return once it is given back) or closed (give it back soon: the memory is freed
+# only when the last holder lets go).
+_forgetters: list[weakref.WeakMethod] = []
+_forgetters_lock = threading.Lock()
+
+
+def file_identity(handle: MemoryHandle) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the file a one-descriptor handle maps, or None (no such descriptor)."""
     try:
-        fcntl.fcntl(handle.fds[0], fcntl.F_ADD_SEALS, _SEALS)
-    except OSError as e:
-        raise NnError(ErrorStatus.GENERAL_FAILURE, f"cannot seal the ashmem: {e.strerror} (a writable "
-                                                   "mapping may still be alive)") from None
+        st = os.fstat(handle.fds[0])
+    except (OSError, IndexError, TypeError, ValueError, OverflowError):
+        return None
+    return st.st_dev, st.st_ino
+
+
+def on_forget(method: Callable[[MemoryHandle, bool], None]) -> None:
+    """Call bound `method(handle, wait)` when shared memory is sealed or closed (kept weakly)."""
+    with _forgetters_lock:
+        _forgetters[:] = [ref for ref in _forgetters if ref() is not None]
+        _forgetters.append(weakref.WeakMethod(method))
+
+
+def forget_mappings(handle: MemoryHandle, wait: bool) -> None:
+    """Ask every holder registered with `on_forget` to let go of `handle`'s memory (errors ignored)."""
+    if handle.name not in ("ashmem", "mmap_fd"):
+        return
+    with _forgetters_lock:
+        methods = [ref() for ref in _forgetters]
+    for method in methods:
+        if method is not None:
+            try:
+                method(handle, wait)
+            except Exception:  # a holder that cannot let go (a dead service) holds nothing worth waiting for
+                pass
 
 
 def is_sealed(handle: MemoryHandle) -> bool:
@@ -224,6 +278,9 @@ def map_pool(pool: MemoryPool) -> MappedPool:
     raise NnError(ErrorStatus.INVALID_ARGUMENT, "a driver-managed buffer token cannot be mapped")
 
 
+MAPPED_ONCE_BYTES = 256 << 10  # `MappingCache` keeps mappings of regions from this size
+
+
 class MappingCache:
     """Mappings of shared memory kept by the file they map (a bounded LRU): memory that comes back
     under a new descriptor (each request across a process boundary brings fresh ones) costs no mmap,
@@ -231,7 +288,7 @@ class MappingCache:
     the descriptor grants, so a descriptor never gets more than a fresh mapping of it would. Regions
     under `min_bytes` are mapped afresh (cheap; and each kept mapping holds a descriptor)."""
 
-    def __init__(self, max_bytes: int | None = None, max_entries: int = 64, min_bytes: int = 256 << 10) -> None:
+    def __init__(self, max_bytes: int | None = None, max_entries: int = 64, min_bytes: int = MAPPED_ONCE_BYTES) -> None:
         self._maps: OrderedDict[tuple, tuple[MappedPool, int]] = OrderedDict()
         self._bytes = 0
         self._max_bytes = max_tensor_bytes() if max_bytes is None else max_bytes
@@ -276,6 +333,14 @@ class MappingCache:
     def _forget(self, key: tuple) -> None:
         _, size = self._maps.pop(key)
         self._bytes -= size  # (the mapping goes when the last view of it does)
+
+    def forget_file(self, dev: int, ino: int) -> int:
+        """Drop every mapping of the file (`st_dev`, `st_ino`), before it is sealed or freed; how many."""
+        with self._lock:
+            keys = [key for key in self._maps if key[0] == dev and key[1] == ino]
+            for key in keys:
+                self._forget(key)
+        return len(keys)
 
     def clear(self) -> None:
         with self._lock:

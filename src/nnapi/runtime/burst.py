@@ -14,6 +14,7 @@ import weakref
 from typing import TYPE_CHECKING, Sequence
 
 from ..hal import IBurst, MeasureTiming, MemoryPool, NnError, OutputShape, Request, ResultCode, Timing
+from ..memory import on_forget
 
 if TYPE_CHECKING:
     from .compilation import Compilation
@@ -35,6 +36,7 @@ class Burst:
         self._busy = threading.Lock()
         self._closed = False
         self._plan = None
+        on_forget(self._forget_memory)
 
     def compute(self, execution: "Execution", timeout: float | None = None) -> None:
         """Run `execution` synchronously through this burst (`Execution.burst_compute`)."""
@@ -98,6 +100,21 @@ class Burst:
         for token in tokens:
             for burst in bursts:
                 _quietly(burst.release_memory_resource, token)
+
+    def _forget_memory(self, handle, wait: bool) -> None:
+        """Memory being sealed: release its token in every driver burst at once (they keep it mapped or
+        sent), so the seal is not refused for a mapping the app cannot see. (Freed memory's tokens go
+        at the next execution: a finalizer may run while this burst's lock is held.)"""
+        if not wait:
+            return
+        with self._lock:
+            known = self._tokens.get(id(handle))
+            if known is None or known[0]() is not handle:
+                return
+            del self._tokens[id(handle)]
+            bursts = list(self._bursts.values())
+        for burst in bursts:
+            _quietly(burst.release_memory_resource, known[1])
 
     def close(self) -> None:
         """Release every token and the driver bursts; the burst cannot run executions any more."""

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..hal import IBuffer, MemoryHandle, MemoryPool, NnError, ResultCode
 from ..memory import (HardwareBuffer, MappedPool, allocate_ashmem, close_handle, decode_hardware_buffer,
-                      dup_handle, is_sealed, map_handle, mmap_fd_handle, seal_handle)
+                      dup_handle, forget_mappings, is_sealed, map_handle, mmap_fd_handle, seal_handle)
 from ..memory.hardware_buffer import IMAGE_KIND
 
 if TYPE_CHECKING:
@@ -38,6 +38,7 @@ class Memory:
 
     def __init__(self, handle: MemoryHandle | None = None) -> None:
         self.handle = handle
+        self._closed = False
         self._mapped: MappedPool | None = None
         self._buffer: IBuffer | None = None          # a driver-managed buffer (from_desc on a device)
         self._token: int | None = None
@@ -240,7 +241,11 @@ class Memory:
 
     # --- lifetime ----------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Release the memory (fds, or the driver-managed buffer and its token)."""
+        """Release the memory (fds, or the driver-managed buffer and its token); once: a second call
+        (the finalizer after an explicit close) must not close descriptor numbers reused since."""
+        if self._closed:
+            return
+        self._closed = True
         self._mapped = None
         buffer, self._buffer = self._buffer, None
         if buffer is not None:
@@ -251,6 +256,7 @@ class Memory:
                 except Exception:
                     pass
         if self.handle is not None:
+            forget_mappings(self.handle, wait=False)  # bursts and services keep no mapping of freed memory
             close_handle(self.handle)
 
     def __del__(self) -> None:

@@ -34,6 +34,7 @@ from ..hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId,
                    ErrorStatus, IBuffer, IBurst, IDevice, IFencedExecutionCallback, IPreparedModel, MemoryHandle,
                    MemoryPool, Model, NnError, OutputShape, Request, RequestArgument, Timing, check_burst_tokens,
                    invalid)
+from ..memory import MAPPED_ONCE_BYTES, file_identity, on_forget
 from . import codec
 from .codec import CALL, ERROR, EVENT, REPLY, Encoder
 from .wire import Durations, FrameDecoder, ProtocolError, close_fds, poll_window, receive, recv_chunk, send_frame
@@ -116,6 +117,8 @@ class Connection:
         self._ids = itertools.count(1)
         self._error: NnError | None = None
         self._releases: list[int] = []
+        self._files: set[tuple[int, int]] = set()  # app memory the service may keep mapped (dev, ino)
+        self._forgets: list[list[int]] = []        # freed memory of those, told with the next call
         self._death_callbacks: list[Callable[[], None]] = []
         self._events: queue.SimpleQueue | None = None
         #: Frames and descriptors sent to the service so far, burst channels included (a burst sends a
@@ -127,6 +130,7 @@ class Connection:
         self._background = threading.Thread(target=self._background_loop, name="nnapi-service-reader", daemon=True)
         self._background.start()
         _connections.add(self)
+        on_forget(self._forget_memory)
         try:
             self.hello: dict = self.call("hello", 0, [codec.PROTOCOL_VERSION], timeout=timeout)
             if type(self.hello) is not dict:
@@ -323,11 +327,38 @@ class Connection:
         """Free a service object; sent with the next call (safe from finalizers on any thread)."""
         self._releases.append(oid)
 
+    def sent_pools(self, pools: Sequence[MemoryPool], min_bytes: int = MAPPED_ONCE_BYTES) -> None:
+        """Note the app's shared memory a request sends that the service may keep mapped between calls,
+        so that sealing or freeing it first has the service let go (`_forget_memory`)."""
+        for pool in pools:
+            handle = pool.handle
+            if handle is not None and handle.size >= min_bytes and handle.name in ("ashmem", "mmap_fd"):
+                ident = file_identity(handle)
+                if ident is not None:
+                    self._files.add(ident)
+
+    def _forget_memory(self, handle: MemoryHandle, wait: bool) -> None:
+        """Memory being sealed (`wait`: the service lets go of it before this returns) or freed (told
+        with the next call: this may run in a finalizer, on any thread)."""
+        if not self._files or self._error is not None:
+            return
+        ident = file_identity(handle)
+        if ident is None or ident not in self._files:
+            return
+        self._files.discard(ident)
+        if wait:
+            self.call("forget_memory", 0, [[list(ident)]], timeout=CONNECT_TIMEOUT)
+        else:
+            self._forgets.append(list(ident))
+
     def _send(self, body: bytes, fds: Sequence[int]) -> None:
         with self._send_lock:
             if self._releases:
                 releases, self._releases = self._releases, []
                 send_frame(self._sock, codec.pack([CALL, 0, "release", 0, releases]))
+            if self._forgets:
+                forgets, self._forgets = self._forgets, []
+                send_frame(self._sock, codec.pack([CALL, 0, "forget_memory", 0, [forgets]]))
             send_frame(self._sock, body, fds)
             self.frames_sent += 1
             self.fds_sent += len(fds)
@@ -788,6 +819,7 @@ class ServicePreparedModel(_Remote, IPreparedModel):
             args = [enc.request(staged.request), codec._plain(measure), codec._plain(deadline),
                     codec._plain(loop_timeout_ns)]
             durations = self._durations
+            self.device.connection.sent_pools(staged.request.pools)
             start = time.monotonic_ns()
             shapes, timing = _shapes_timing(self.device.connection.call("execute_synchronously", self.oid, args, enc,
                                                                         usual_ns=durations.usual()))
@@ -823,6 +855,7 @@ class ServicePreparedModel(_Remote, IPreparedModel):
             enc = Encoder()
             args = [enc.request(staged.request), codec._plain(measure), codec._plain(deadline),
                     codec._plain(loop_timeout_ns)]
+            self.device.connection.sent_pools(staged.request.pools)
             self.device.connection.call("execute", self.oid, args, enc, on_event=on_event)
         except BaseException:
             staged.release()
@@ -843,6 +876,7 @@ class ServicePreparedModel(_Remote, IPreparedModel):
             enc = Encoder()
             args = [enc.request(staged.request), [enc.fd(f) for f in wait_for], codec._plain(measure),
                     codec._plain(deadline), codec._plain(loop_timeout_ns), codec._plain(timeout_after_fence_ns)]
+            self.device.connection.sent_pools(staged.request.pools)
             result, fds = self.device.connection.call_fds("execute_fenced", self.oid, args, enc)
             fence_ref, oid, info = codec.check_list(result, "execute_fenced result", length=3)
             if fence_ref is None:
@@ -1016,6 +1050,7 @@ class ServiceBurst(_Remote, IBurst):
                     new.append((slot, token))
                     pools.append(pool)
                     slots.append(["n", slot])
+                    self.device.connection.sent_pools([pool], min_bytes=0)  # (a slot keeps any size)
                 enc = Encoder()
                 args = [enc.request(Request(staged.request.inputs, staged.request.outputs, pools)), slots,
                         codec._plain(measure), codec._plain(deadline), codec._plain(loop_timeout_ns)]

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator
 
 from ..hal import (ClientId, ErrorStatus, ExecutionPreference, IDevice, MeasureTiming, MemoryPool, NnError, Priority,
                    Request, invalid)
-from ..memory import MappingCache
+from ..memory import MappingCache, file_identity
 from ..memory.domains import calling_client
 from ..qos import Scheduler
 from . import codec
@@ -364,6 +364,7 @@ class Service:
         self._methods: dict[str, tuple[str | None, Callable, bool]] = {
             "hello": (None, self._hello_call, True),
             "release": (None, self._release, True),
+            "forget_memory": (None, self._forget_memory, True),
             "status": (None, self._status, True),
             "get_supported_operations": (None, self._get_supported_operations, False),
             "prepare_model": (None, self._prepare_model, False),
@@ -722,10 +723,31 @@ class Service:
         for oid in args[:codec.MAX_ITEMS]:
             call.client.release(oid)
 
+    def _forget_memory(self, call: _Call, obj, args) -> None:
+        """The app seals or frees memory it sent: let go of this connection's mappings of those files,
+        and of the burst slots that hold them (args: a list of [st_dev, st_ino])."""
+        client = call.client
+        files = set()
+        items = check_list(check_list(args, "forget_memory arguments", length=1)[0], "forget_memory files")
+        for item in items[:codec.MAX_ITEMS]:
+            dev, ino = check_list(item, "forget_memory file", length=2)
+            files.add((check_int(dev, "st_dev", 0, 2**64 - 1), check_int(ino, "st_ino", 0, 2**64 - 1)))
+        for dev, ino in files:
+            client.mappings.forget_file(dev, ino)
+        with client.lock:
+            bursts = [e.obj for e in client.objects.values() if e.kind == BURST]
+        for burst in bursts:
+            with burst.lock:
+                held = [slot for slot, (pool, _) in burst.slots.items()
+                        if pool.handle is not None and file_identity(pool.handle) in files]
+            for slot in held:
+                burst.forget(slot)
+
     def _status(self, call: _Call, obj, args) -> dict:
         """What this connection owns; service-wide figures only for the service's own user or root."""
         client = call.client
-        status = {"pid": os.getpid(), "uid": client.creds.uid, "gid": client.creds.gid, "objects": client.counts()}
+        status = {"pid": os.getpid(), "uid": client.creds.uid, "gid": client.creds.gid, "objects": client.counts(),
+                  "mappings": len(client.mappings)}
         with client.lock:
             status["prepared_client_uids"] = [getattr(e.obj, "client_uid", None) for e in client.objects.values()
                                               if e.kind == PREPARED]

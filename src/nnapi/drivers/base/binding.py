@@ -2,7 +2,9 @@
 
 The base maps the request's pools (or takes them mapped from a burst), resolves its memory-domain
 buffers, and hands the driver a `Binding`; the driver's `run` reads `input(k)` and returns one
-value per output. What it returns is checked and written back by the base (`finish`).
+value per output. What it returns is checked and written back by the base (`finish`). A driver
+that keeps pointing at request memory between executions (to skip setting it up again) keeps only
+what `may_keep` allows: the app may seal or free its shared memory once the execution is over.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import numpy as np
 
 from ...hal import ErrorStatus, Model, NnError, OutputShape, Request
 from ...hal.constants import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
-from ...memory import MappedImage, MappedPool
+from ...memory import ArrayPool, MappedImage, MappedPool
 from ...memory.domains import RequestBuffers
 from ...ops import numpy_dtype
 from ...qos import checkpoint, current as current_ticket
@@ -99,6 +101,13 @@ class Binding:
         if k not in self.buffers.inputs:
             return None
         return self.buffers.device_input(k, self.input_shape(k))
+
+    def may_keep(self, k: int, output: bool = False) -> bool:
+        """True when input (or output) `k` lies in an in-process caller's array, which a driver may keep
+        pointing at between executions; shared memory mapped for a request must be let go of when the
+        execution ends (the app may seal or free it, and a mapping kept alive holds its pages)."""
+        arg = (self.request.outputs if output else self.request.inputs)[k]
+        return not arg.has_no_value and type(self.pools[arg.location.pool_index]) is ArrayPool
 
     # --- outputs ---------------------------------------------------------------------------------
     def output_view(self, k: int, shape: Sequence[int]) -> np.ndarray | None:

@@ -146,11 +146,7 @@ class OpenVinoPreparedModel(DriverPreparedModel):
                     req.outputs[k] = key
             else:
                 if req.outputs[k] != "owned":
-                    if req.owned[k] is None:
-                        port = self.compiled.output(k)
-                        req.owned[k] = ov.Tensor(port.get_element_type(), port.get_shape())
-                        req.own_outputs[k] = req.owned[k].data
-                    r.set_output_tensor(k, req.owned[k])
+                    r.set_output_tensor(k, self._own_output(req, k))
                     req.outputs[k] = "owned"
                 own = req.own_outputs[k]
                 if view is not None and not (view.dtype == own.dtype and view.shape == own.shape):
@@ -170,16 +166,43 @@ class OpenVinoPreparedModel(DriverPreparedModel):
                 results.append(view)
             else:
                 results.append(own.copy())
+        self._let_go(req, binding)  # (a request that failed is not reused: its tensors go with it)
         return results
+
+    def _let_go(self, req: _Request, binding: Binding) -> None:
+        """Point tensors over memory mapped for this request back at the request's own memory: only an
+        in-process caller's arrays are kept between executions (`Binding.may_keep`)."""
+        r = req.request
+        for k in range(self._n_in):
+            if req.inputs[k] not in (None, "owned") and not binding.may_keep(k):
+                r.set_input_tensor(k, self._own_input(req, k))
+                req.inputs[k], req.arrays[k] = "owned", None
+        for k in range(self._n_out):
+            if req.outputs[k] not in (None, "owned") and not binding.may_keep(k, output=True):
+                r.set_output_tensor(k, self._own_output(req, k))
+                req.outputs[k] = "owned"
+
+    def _own_input(self, req: _Request, k: int) -> ov.Tensor:
+        """The request's own tensor for input `k` (made the first time; its pages cost nothing until written)."""
+        if req.own_tensors[k] is None:
+            port = self.compiled.input(k)
+            req.own_tensors[k] = ov.Tensor(port.get_element_type(), port.get_shape())
+            req.own_inputs[k] = req.own_tensors[k].data
+        return req.own_tensors[k]
+
+    def _own_output(self, req: _Request, k: int) -> ov.Tensor:
+        """The request's own tensor for output `k` (made the first time)."""
+        if req.owned[k] is None:
+            port = self.compiled.output(k)
+            req.owned[k] = ov.Tensor(port.get_element_type(), port.get_shape())
+            req.own_outputs[k] = req.owned[k].data
+        return req.owned[k]
 
     def _copy_in(self, req: _Request, k: int, x: np.ndarray) -> bool:
         """Copy input `k` into the request's own tensor (made and set the first time); False when that
         tensor does not take this array as it is."""
+        self._own_input(req, k)
         own = req.own_inputs[k]
-        if own is None:
-            port = self.compiled.input(k)
-            req.own_tensors[k] = ov.Tensor(port.get_element_type(), port.get_shape())
-            own = req.own_inputs[k] = req.own_tensors[k].data
         if own.dtype != x.dtype or own.shape != x.shape:
             return False
         if req.inputs[k] != "owned":
