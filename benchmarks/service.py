@@ -8,8 +8,11 @@ One run, side by side, medians:
 2. Overhead against tensor size, 4 KB to 64 MB, inputs and outputs in shared memory (`Memory.ashmem`,
    so the app's own copy is excluded): the overhead of a call is its latency minus the time the driver
    reports it spent (`time_in_driver`), so the computation itself drops out. Goal: flat (64 MB <= 2x
-   4 KB). For comparison, the same tensor copied over a Unix socket (msgpack bytes to another process
-   and back, as a protocol without descriptor passing would): goal >= 10x slower at 64 MB.
+   4 KB). A large kernel leaves the caches cold, and every step of the path runs slower after it: the
+   64 MB calls are also compared with 4 KB calls made right after each of them (the same state), which
+   isolates what the size itself adds. For comparison, the same tensor copied over a Unix socket
+   (msgpack bytes to another process and back, as a protocol without descriptor passing would): goal
+   >= 10x slower at 64 MB.
 3. mobilenet_v2_f32 on the XLA driver (SUSTAINED_SPEED on both sides, so both run the optimised
    executable), 100 rounds, each side first every other round: service p50 / in-process p50
    (goal <= 1.05).
@@ -39,6 +42,7 @@ import statistics
 import tempfile
 import threading
 import time
+from typing import Callable
 
 import msgpack
 import numpy as np
@@ -121,39 +125,56 @@ def tiny(local, served, runs: int) -> dict:
 
 
 # --- 2. tensor size ------------------------------------------------------------------------------------------
+def _sized_runner(nbytes: int, device) -> Callable[[], tuple[int, float]]:
+    """One ADD execution of `nbytes` tensors in shared memory on `device`: (latency, overhead) in ns."""
+    n = nbytes // 4
+    c = nnapi.Compilation(add_model(n), devices=[device]).finish()
+    a, b, out = nnapi.Memory.ashmem(nbytes), nnapi.Memory.ashmem(nbytes), nnapi.Memory.ashmem(nbytes)
+    a.array(np.float32, (n,))[:] = 1
+    b.array(np.float32, (n,))[:] = 2
+
+    def one() -> tuple[int, float]:
+        e = nnapi.Execution(c)
+        e.set_input_from_memory(0, a, 0, nbytes)
+        e.set_input_from_memory(1, b, 0, nbytes)
+        e.set_output_from_memory(0, out, 0, nbytes)
+        e.set_measure_timing(True)
+        start = time.perf_counter_ns()
+        e.compute()
+        elapsed = time.perf_counter_ns() - start
+        assert float(out.array(np.float32, (n,))[-1]) == 3.0
+        return elapsed, elapsed - e.get_duration().time_in_driver * 1000
+
+    return one
+
+
 def overhead_by_size(local, served, sizes: list[int], runs: int) -> dict:
     rows = []
+    runners = {}
     for nbytes in sizes:
-        n = nbytes // 4
-        model = add_model(n)
-        a, b, out = nnapi.Memory.ashmem(nbytes), nnapi.Memory.ashmem(nbytes), nnapi.Memory.ashmem(nbytes)
-        a.array(np.float32, (n,))[:] = 1
-        b.array(np.float32, (n,))[:] = 2
         row = {"bytes": nbytes}
         reps = max(5, min(runs, int(runs * 65536 / max(nbytes, 65536))))
         for kind, device in (("in_process", local), ("service", served)):
-            c = nnapi.Compilation(model, devices=[device]).finish()
-            overheads, latencies = [], []
-            for k in range(reps + 2):
-                e = nnapi.Execution(c)
-                e.set_input_from_memory(0, a, 0, nbytes)
-                e.set_input_from_memory(1, b, 0, nbytes)
-                e.set_output_from_memory(0, out, 0, nbytes)
-                e.set_measure_timing(True)
-                start = time.perf_counter_ns()
-                e.compute()
-                elapsed = time.perf_counter_ns() - start
-                if k >= 2:
-                    latencies.append(elapsed)
-                    overheads.append(elapsed - e.get_duration().time_in_driver * 1000)
-            assert float(out.array(np.float32, (n,))[-1]) == 3.0
-            row[f"{kind}_latency_us"] = median_us(latencies)
-            row[f"{kind}_overhead_us"] = median_us(overheads)
+            one = runners[kind, nbytes] = _sized_runner(nbytes, device)
+            measured = [one() for _ in range(reps + 2)][2:]
+            row[f"{kind}_latency_us"] = median_us([m[0] for m in measured])
+            row[f"{kind}_overhead_us"] = median_us([m[1] for m in measured])
         row["socket_copy_us"] = socket_copy_us(nbytes, max(3, reps // 2))
         rows.append(row)
+    # The same path in the same state: a 4 KB execution right after each largest one. A large kernel
+    # leaves the caches cold and every step of the path (all Python) runs slower after it; what the
+    # size itself adds is the largest call's overhead against the small call's made just after it.
+    small, large = runners["service", sizes[0]], runners["service", sizes[-1]]
+    after, big = [], []
+    for _ in range(max(5, runs // 4)):
+        big.append(large()[1])
+        after.append(small()[1])
     first, last = rows[0], rows[-1]
+    matched = {"small_after_large_overhead_us": median_us(after), "large_overhead_us": median_us(big)}
+    matched["ratio"] = matched["large_overhead_us"] / matched["small_after_large_overhead_us"]
     return {"rows": rows,
             "flatness_64mb_over_4kb": last["service_overhead_us"] / first["service_overhead_us"],
+            "matched_state": matched,
             "socket_copy_over_shared_memory_at_max": last["socket_copy_us"] / last["service_overhead_us"]}
 
 
@@ -427,8 +448,11 @@ def main() -> None:
             for row in figures["size"]["rows"]:
                 print(f"   {row['bytes']:>10} {row['in_process_overhead_us']:>11.0f} {row['service_overhead_us']:>9.0f} "
                       f"{row['socket_copy_us']:>12.0f}")
+            matched = figures["size"]["matched_state"]
             print(f"   64 MB / 4 KB service overhead: {figures['size']['flatness_64mb_over_4kb']:.2f}; socket copy / "
                   f"shared memory at 64 MB: {figures['size']['socket_copy_over_shared_memory_at_max']:.1f}x")
+            print(f"   in the same state (a 4 KB call right after each 64 MB one): 64 MB {matched['large_overhead_us']:.0f} "
+                  f"us, 4 KB {matched['small_after_large_overhead_us']:.0f} us, ratio {matched['ratio']:.2f}")
         if "qos" not in skip and os.geteuid() == 0:
             figures["two_apps"] = q = two_apps(services["reference"].socket, 200, 5.0)
             print(f"4. two apps (uids {q['uids']}): A HIGH p99 alone {q['high_p99_alone_ms']:.2f} ms, with B saturating "

@@ -578,6 +578,27 @@ def test_every_driver_lets_go_of_shared_memory_so_the_app_can_seal_and_free_it(d
     assert _own_memfd_mappings(name) == 0
 
 
+def test_in_process_drivers_map_an_apps_memory_once_until_it_is_closed():
+    """Memory that comes back execution after execution is mapped once in the process (no mapping, page
+    faults and unmapping per execution), and let go of when the app closes it."""
+    from nnapi.memory import allocate_ashmem
+    n, name = 1 << 16, "nnapi-mapped-once"
+    memory = Memory(allocate_ashmem(4 * n, name=name))
+    os.pwrite(memory.handle.fds[0], np.full(n, 2, np.float32).tobytes(), 0)  # (no mapping of the app's own)
+    c = nnapi.Compilation(add_relu_model(n), devices=["reference"]).finish()
+    out = np.zeros(n, np.float32)
+    for k in range(3):
+        e = nnapi.Execution(c)
+        e.set_input_from_memory(0, memory, 0, 4 * n)
+        e.set_input(1, np.full(n, k, np.float32))
+        e.set_output(0, out)
+        e.compute()
+        np.testing.assert_array_equal(out[-2:], [2 + k, 2 + k])
+        assert _own_memfd_mappings(name) == 1
+    memory.close()
+    assert _own_memfd_mappings(name) == 0
+
+
 # --- the mapping cache (a service maps an app's shared memory once) -------------------------------
 def _ashmem(size: int) -> MemoryHandle:
     from nnapi.memory import allocate_ashmem

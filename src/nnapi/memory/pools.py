@@ -142,6 +142,8 @@ def dup_handle(handle: MemoryHandle) -> MemoryHandle:
 
 
 def close_handle(handle: MemoryHandle) -> None:
+    """Close a handle's descriptors; whoever keeps its memory mapped is told to let go (`on_forget`)."""
+    forget_mappings(handle, wait=False)
     for fd in handle.fds:
         try:
             os.close(fd)
@@ -294,7 +296,7 @@ class MappingCache:
         self._max_bytes = max_tensor_bytes() if max_bytes is None else max_bytes
         self._max_entries = max_entries
         self._min_bytes = min_bytes
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # (a finalizer may ask it to forget while this thread holds it)
 
     def map(self, handle: MemoryHandle) -> MappedPool:
         """`map_handle(handle)`, reusing a mapping of the same region of the same file."""
@@ -334,6 +336,12 @@ class MappingCache:
         _, size = self._maps.pop(key)
         self._bytes -= size  # (the mapping goes when the last view of it does)
 
+    def forget_handle(self, handle: MemoryHandle, wait: bool = True) -> None:
+        """`forget_file` for the file `handle` maps (an `on_forget` holder)."""
+        ident = file_identity(handle)
+        if ident is not None:
+            self.forget_file(*ident)
+
     def forget_file(self, dev: int, ino: int) -> int:
         """Drop every mapping of the file (`st_dev`, `st_ino`), before it is sealed or freed; how many."""
         with self._lock:
@@ -349,3 +357,18 @@ class MappingCache:
 
     def __len__(self) -> int:
         return len(self._maps)
+
+
+_process_mappings: MappingCache | None = None
+_process_mappings_lock = threading.Lock()
+
+
+def process_mappings() -> MappingCache:
+    """This process's mappings of shared memory that comes back call after call (in-process drivers
+    map an app's `Memory` once, not at every execution); let go of when the memory is sealed or closed."""
+    global _process_mappings
+    with _process_mappings_lock:
+        if _process_mappings is None:
+            _process_mappings = MappingCache()
+            on_forget(_process_mappings.forget_handle)
+        return _process_mappings

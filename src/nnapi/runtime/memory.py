@@ -23,7 +23,7 @@ import numpy as np
 
 from ..hal import IBuffer, MemoryHandle, MemoryPool, NnError, ResultCode
 from ..memory import (HardwareBuffer, MappedPool, allocate_ashmem, close_handle, decode_hardware_buffer,
-                      dup_handle, forget_mappings, is_sealed, map_handle, mmap_fd_handle, seal_handle)
+                      dup_handle, is_sealed, map_handle, mmap_fd_handle, seal_handle)
 from ..memory.hardware_buffer import IMAGE_KIND
 
 if TYPE_CHECKING:
@@ -256,8 +256,7 @@ class Memory:
                 except Exception:
                     pass
         if self.handle is not None:
-            forget_mappings(self.handle, wait=False)  # bursts and services keep no mapping of freed memory
-            close_handle(self.handle)
+            close_handle(self.handle)  # (which has bursts, services and drivers let go of it)
 
     def __del__(self) -> None:
         try:
