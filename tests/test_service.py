@@ -622,3 +622,38 @@ def test_memory_a_burst_holds_can_be_sealed_and_the_burst_goes_on(reference):
         with pytest.raises(NnError) as err:
             run(burst, a, b, out)
         assert err.value.code == ResultCode.BAD_DATA
+
+
+def test_a_regular_file_as_memory_reads_and_writes_through_every_kind_of_execution(reference, tmp_path):
+    """mmap_fd memory over a regular file (which a service copies, since the app could shrink the file
+    under a mapping): inputs read as the file holds them at each execution, outputs land in the file,
+    through compute, start_compute, start_compute_with_dependencies and a burst (whose slot is kept)."""
+    n = 1 << 10
+    path = tmp_path / "io.bin"
+    path.write_bytes(np.zeros(3 * n, np.float32).tobytes())
+    fd = os.open(path, os.O_RDWR)
+    memory = nnapi.Memory.from_fd(fd, 0, 12 * n)
+    os.close(fd)
+    c = nnapi.Compilation(add_relu_model(n), devices=[reference]).finish()
+
+    def file_floats() -> np.ndarray:
+        return np.frombuffer(path.read_bytes(), np.float32)
+
+    def execution(k: float) -> nnapi.Execution:
+        with open(path, "r+b") as f:  # the app writes the inputs into the file itself
+            f.write(np.full(n, k, np.float32).tobytes() + np.arange(n, dtype=np.float32).tobytes())
+        e = nnapi.Execution(c)
+        e.set_input_from_memory(0, memory, 0, 4 * n)
+        e.set_input_from_memory(1, memory, 4 * n, 4 * n)
+        e.set_output_from_memory(0, memory, 8 * n, 4 * n)
+        return e
+
+    with c.create_burst() as burst:
+        runs = [("compute", lambda e: e.compute()), ("start_compute", lambda e: e.start_compute().wait(30)),
+                ("dependencies", lambda e: e.start_compute_with_dependencies([]).wait(30)),
+                ("burst", lambda e: e.burst_compute(burst)), ("burst again", lambda e: e.burst_compute(burst))]
+        for k, (how, run) in enumerate(runs):
+            run(execution(k + 1.0))
+            np.testing.assert_array_equal(file_floats()[2 * n:], k + 1 + np.arange(n, dtype=np.float32),
+                                          err_msg=how)
+    memory.close()

@@ -204,3 +204,78 @@ def test_a_thousand_connections_at_once(service, witness):
             sock.close()
     assert _fds(service, witness, base) == base
     assert witness[0].status()["connections"] == 1
+
+
+def _shrinkable(kind: str, directory: str, size: int):
+    """A handle of `size` bytes the app can shrink under the service: a memfd that allows sealing
+    (not sealed), one that does not, a regular file (read-only mapping or writable)."""
+    from nnapi.hal import MemoryHandle
+    from nnapi.memory import mmap_fd_handle
+    if kind.startswith("memfd"):
+        fd = os.memfd_create("nnapi-shrink", os.MFD_ALLOW_SEALING if kind == "memfd-sealable" else 0)
+        os.ftruncate(fd, size)
+        return MemoryHandle("ashmem", (fd,), (), size), fd
+    path = os.path.join(directory, f"shrink-{kind}.bin")
+    with open(path, "wb") as f:
+        f.write(b"\0" * size)
+    fd = os.open(path, os.O_RDWR)
+    import mmap as _mmap
+    handle = mmap_fd_handle(fd, 0, size, _mmap.PROT_READ | (_mmap.PROT_WRITE if kind == "file-rw" else 0))
+    os.close(fd)
+    return handle, handle.fds[0]
+
+
+@pytest.mark.parametrize("kind", ["memfd-sealable", "memfd-unsealable", "file-ro", "file-rw"])
+def test_an_app_that_shrinks_its_memory_under_the_service_cannot_crash_it(service, witness, kind, tmp_path):
+    """A mapping faults (SIGBUS, which kills the process) where its file has shrunk below it. An app that
+    shrinks and grows its pool's file while the service runs on it gets its answers (or INVALID_ARGUMENT
+    for a file too short when the call comes): a memfd is sealed against shrinking, other files copied."""
+    import threading
+    from nnapi.hal import DataLocation, MemoryPool, NnError, Request, RequestArgument
+    from nnapi.memory import close_handle
+    n = 1 << 20  # 4 MB
+    device = connect(service.socket)
+    model = add_relu_model(n)
+    prepared = device.prepare_model(model.to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None,
+                                    None, None)
+    handle, fd = _shrinkable(kind, str(tmp_path), 4 * n)
+    out = np.zeros(n, np.float32)
+    request = Request([RequestArgument(False, DataLocation(0, 0, 4 * n)),
+                       RequestArgument(False, DataLocation(0, 0, 4 * n))],
+                      [RequestArgument(False, DataLocation(1, 0, 4 * n))], [MemoryPool(handle=handle),
+                                                                           MemoryPool(pointer=out)])
+    stop = threading.Event()
+    refused_shrink = []
+
+    def shrink_and_grow() -> None:
+        while not stop.is_set():
+            try:
+                os.ftruncate(fd, 0)
+                time.sleep(0.0003)
+                os.ftruncate(fd, 4 * n)
+            except OSError:  # sealed by the service: the app cannot shrink it any more
+                refused_shrink.append(True)
+                stop.wait(0.01)
+            time.sleep(0.001)
+
+    shrinker = threading.Thread(target=shrink_and_grow)
+    shrinker.start()
+    answers = {"ok": 0, "refused": 0}
+    try:
+        end = time.monotonic() + 1.5
+        while time.monotonic() < end:
+            try:
+                prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
+                answers["ok"] += 1
+            except NnError as e:
+                assert e.status == ErrorStatus.INVALID_ARGUMENT, e
+                answers["refused"] += 1
+    finally:
+        stop.set()
+        shrinker.join()
+        close_handle(handle)
+        device.close()
+    assert service.process.poll() is None, f"the service died ({kind})"
+    assert answers["ok"] + answers["refused"] > 5
+    assert bool(refused_shrink) == (kind == "memfd-sealable")
+    _check_witness(witness)

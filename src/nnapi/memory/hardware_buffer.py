@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..hal import ErrorStatus, MemoryHandle, NnError, ResultCode
-from .pools import MappedPool
+from .pools import MappedPool, fixed_size_memfd
 
 BLOB_KIND = "hardware_buffer_blob"
 IMAGE_KIND = "hardware_buffer"
@@ -184,11 +184,9 @@ def make_handle(desc: HardwareBufferDesc, fd: int) -> MemoryHandle:
 
 def allocate_hardware_buffer(desc: HardwareBufferDesc, name: str = "nnapi-ahwb") -> MemoryHandle:
     """A memfd of the buffer's allocation size, zero-filled, and its handle."""
-    fd = os.memfd_create(name, os.MFD_CLOEXEC)
     try:
-        os.ftruncate(fd, desc.allocation_size)
+        fd = fixed_size_memfd(name, desc.allocation_size)  # (its size is fixed: another process may map it)
     except OSError as e:
-        os.close(fd)
         raise NnError(ResultCode.OUT_OF_MEMORY, f"HardwareBuffer: cannot allocate {desc.allocation_size} "
                                                 f"bytes: {e}") from None
     return make_handle(desc, fd)

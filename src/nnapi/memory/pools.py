@@ -8,9 +8,9 @@ bounds and returns a `MappedPool` whose `view(offset, length)` is a zero-copy me
 from __future__ import annotations
 
 import errno
-import gc
 import fcntl
 import functools
+import gc
 import mmap
 import os
 import stat
@@ -18,6 +18,7 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -43,16 +44,113 @@ def max_tensor_bytes() -> int:
 
 
 def allocate_ashmem(size: int, name: str = "nnapi") -> MemoryHandle:
-    """New anonymous shared memory of `size` bytes (a memfd, sealable with `seal_handle`), zero-filled."""
+    """New anonymous shared memory of `size` bytes (a memfd, sealable with `seal_handle`), zero-filled.
+    Its size is fixed, as ashmem's is: sealed against shrinking (see `stable_handle`)."""
     if size <= 0:
         raise NnError(ErrorStatus.INVALID_ARGUMENT, f"ashmem size must be positive, got {size}")
+    return MemoryHandle("ashmem", (fixed_size_memfd(name, size),), (), size)
+
+
+def fixed_size_memfd(name: str, size: int) -> int:
+    """A zero-filled memfd of `size` bytes, sealed against shrinking and growing (more seals may follow)."""
     fd = os.memfd_create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, size)
+        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
     except OSError:
         os.close(fd)
         raise
-    return MemoryHandle("ashmem", (fd,), (), size)
+    return fd
+
+
+MAPPED_KINDS = ("ashmem", "mmap_fd", "hardware_buffer_blob", "hardware_buffer")
+
+
+@dataclass
+class FileCopy:
+    """A private copy of the part of an app's file a handle maps (`stable_handle`), at the same offsets:
+    `refresh` copies the file in again (memory kept across calls), `write_back` copies the handle's
+    region out into the file (writable handles only)."""
+
+    source: int     # the app's descriptor
+    copy: int       # the private memfd
+    first: int      # where the mapping starts (the region's start, rounded down to a page)
+    start: int      # the handle's region: [start, end)
+    end: int
+    writable: bool
+
+    def refresh(self) -> None:
+        _copy_range(self.source, self.copy, self.first, self.end)
+
+    def write_back(self) -> None:
+        if self.writable:
+            _copy_range(self.copy, self.source, self.start, self.end)
+
+
+def stable_handle(handle: MemoryHandle) -> tuple[MemoryHandle, FileCopy | None]:
+    """`handle`, safe to map in a process that does not own it. A mapping faults (SIGBUS, which kills
+    the process) wherever its file has shrunk below it, and the owner may shrink it at any moment: a
+    memfd is sealed against shrinking (ashmem's size is fixed anyway); another file, or a memfd that
+    cannot be sealed, is copied into a private memfd. Returns the handle to map (the copy's, at the
+    same offsets) and the copy, if one was made. INVALID_ARGUMENT for a file too short for the region
+    or a descriptor that is not a file."""
+    if handle.name not in MAPPED_KINDS or len(handle.fds) != 1:
+        return handle, None
+    fd = handle.fds[0]
+    try:
+        st = os.fstat(fd)
+        access = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE
+    except (OSError, TypeError, ValueError, OverflowError):
+        return handle, None  # (mapping it says what is wrong)
+    if not stat.S_ISREG(st.st_mode):
+        raise NnError(ErrorStatus.INVALID_ARGUMENT, f"a {handle.name} pool must be shared memory or a regular file")
+    if handle.name == "mmap_fd" and len(handle.ints) == 3:
+        start = mmap_fd_offset(handle)
+        end, first = start + handle.size, start - start % mmap.ALLOCATIONGRANULARITY
+        writable = bool(handle.ints[0] & PROT_WRITE)
+    else:
+        start, end = 0, (handle.size if handle.name == "ashmem" else st.st_size)
+        first, writable = 0, True
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+    except OSError:
+        seals = None  # not a memfd
+    if seals is not None and not seals & fcntl.F_SEAL_SHRINK:
+        try:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
+            seals |= fcntl.F_SEAL_SHRINK
+        except OSError:
+            pass  # a read-only descriptor, or sealing not allowed: copy it
+    if seals is not None and seals & fcntl.F_SEAL_SHRINK:
+        st = os.fstat(fd)  # (its size now stays at least this)
+    if end > st.st_size or end <= 0:
+        raise NnError(ErrorStatus.INVALID_ARGUMENT, f"the {handle.name} pool's file holds {st.st_size} bytes, "
+                                                    f"less than its region's end at {end}")
+    if seals is not None and seals & fcntl.F_SEAL_SHRINK:
+        return handle, None
+    copy_fd = os.memfd_create("nnapi-copy", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    copy = FileCopy(fd, copy_fd, first, start, end, writable and access != os.O_RDONLY)
+    try:
+        os.ftruncate(copy_fd, end)  # (pages before `first` stay holes: they cost nothing)
+        copy.refresh()
+        fcntl.fcntl(copy_fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+    except OSError as e:
+        os.close(copy_fd)
+        raise NnError(ErrorStatus.GENERAL_FAILURE, f"could not copy the {handle.name} pool's file: {e}") from None
+    return MemoryHandle(handle.name, (copy_fd,), handle.ints, handle.size), copy
+
+
+def _copy_range(src: int, dst: int, start: int, end: int) -> None:
+    """Bytes [start, end) of file `src` to the same place in `dst` (a read never faults; a short file
+    leaves the rest as it was)."""
+    chunk = 1 << 20
+    at = start
+    while at < end:
+        data = os.pread(src, min(chunk, end - at), at)
+        if not data:
+            return
+        os.pwrite(dst, data, at)
+        at += len(data)
 
 
 def mmap_fd_handle(fd: int, offset: int, size: int, prot: int = PROT_READ | PROT_WRITE) -> MemoryHandle:

@@ -34,7 +34,7 @@ from ..hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId,
                    ErrorStatus, IBuffer, IBurst, IDevice, IFencedExecutionCallback, IPreparedModel, MemoryHandle,
                    MemoryPool, Model, NnError, OutputShape, Request, RequestArgument, Timing, check_burst_tokens,
                    invalid)
-from ..memory import MAPPED_ONCE_BYTES, file_identity, on_forget
+from ..memory import MAPPED_ONCE_BYTES, file_identity, fixed_size_memfd, on_forget
 from . import codec
 from .codec import CALL, ERROR, EVENT, REPLY, Encoder
 from .wire import Durations, FrameDecoder, ProtocolError, close_fds, poll_window, receive, recv_chunk, send_frame
@@ -485,9 +485,8 @@ class _Region:
     __slots__ = ("fd", "map", "capacity")
 
     def __init__(self, capacity: int) -> None:
-        self.fd = os.memfd_create("nnapi-staging", os.MFD_CLOEXEC)
+        self.fd = fixed_size_memfd("nnapi-staging", capacity)  # (a service maps it without copying)
         try:
-            os.ftruncate(self.fd, capacity)
             self.map = mmap.mmap(self.fd, capacity, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         except OSError:
             os.close(self.fd)

@@ -23,7 +23,7 @@ import mmap
 import numbers
 import os
 import struct
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import msgpack
 
@@ -31,6 +31,7 @@ from ..hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, DataLocat
                    ErrorStatus, MemoryHandle, MemoryPool, Model, NnError, OperandPerformance, OperandType,
                    OutputShape, PerformanceInfo, Request, RequestArgument, Timing, invalid)
 from ..hal.serialize import model_from_bytes, model_to_bytes
+from ..memory import FileCopy, stable_handle
 from .wire import close_fds
 
 #: The protocol version both sides must speak (the first call of a connection is `hello`).
@@ -261,11 +262,17 @@ def check_bytes(v: Any, what: str) -> bytes:
 
 class Decoder:
     """Builds HAL values from one incoming message, handing out the frame's descriptors. Descriptors
-    not `adopt`ed by the end of the call are closed by `close`."""
+    not `adopt`ed by the end of the call are closed by `close`.
 
-    def __init__(self, fds: Sequence[int]) -> None:
+    With `stable` (the service, decoding an app's calls) every memory handle is made safe to map
+    (`memory.stable_handle`: the app cannot shrink it under a mapping, which would kill the service);
+    what is copied for that and written by the call goes back with `write_back`."""
+
+    def __init__(self, fds: Sequence[int], stable: bool = False) -> None:
         self.fds = list(fds)
         self._adopted: set[int] = set()
+        self._stable = stable
+        self._copies: dict[int, FileCopy] = {}  # a copy's descriptor -> the copy
 
     def fd(self, v: Any, what: str) -> int:
         if not isinstance(v, FdRef):
@@ -292,8 +299,32 @@ class Decoder:
         name, fds, ints, size = check_list(v, what, length=4)
         fds = check_list(fds, f"{what} fds", 64)
         ints = check_list(ints, f"{what} ints", 64)
-        return MemoryHandle(check_str(name, f"{what} kind"), tuple(self.fd(fd, f"{what} fd") for fd in fds),
-                            tuple(check_int(i, f"{what} int") for i in ints), check_int(size, f"{what} size"))
+        handle = MemoryHandle(check_str(name, f"{what} kind"), tuple(self.fd(fd, f"{what} fd") for fd in fds),
+                              tuple(check_int(i, f"{what} int") for i in ints), check_int(size, f"{what} size"))
+        if not self._stable:
+            return handle
+        try:
+            stable, copy = stable_handle(handle)
+        except NnError as e:
+            raise NnError(e.status, f"{what}: {e.message}") from None
+        if copy is not None:
+            self.fds.append(copy.copy)  # (closed, or adopted, with the frame's own)
+            self._copies[copy.copy] = copy
+        return stable
+
+    def write_back(self) -> None:
+        """Write what the call wrote into copies of the app's files back into them (GENERAL_FAILURE when
+        a file cannot take it)."""
+        write_back(self._copies.values())
+
+    @property
+    def writes_back(self) -> bool:
+        return any(copy.writable for copy in self._copies.values())
+
+    def copy_of(self, handle: MemoryHandle | None) -> FileCopy | None:
+        """The copy one decoded handle maps, if one was made (a burst keeps it with the slot, and the
+        app's descriptor open with it)."""
+        return self._copies.get(handle.fds[0]) if handle is not None and handle.fds else None
 
     def pool(self, v: Any, what: str) -> MemoryPool:
         handle, token = check_list(v, what, length=2)
@@ -430,3 +461,13 @@ def decode_error(status: Any, message: Any, shapes: Any) -> NnError:
         status = ErrorStatus.GENERAL_FAILURE
     return NnError(status, message if isinstance(message, str) else repr(message),
                    output_shapes=decode_shapes(shapes))
+
+
+def write_back(copies: Iterable[FileCopy]) -> None:
+    """`FileCopy.write_back` of each; GENERAL_FAILURE naming the file's trouble."""
+    for copy in copies:
+        try:
+            copy.write_back()
+        except OSError as e:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"could not write the results back into the app's "
+                                                       f"mmap_fd file: {e.strerror or e}") from None

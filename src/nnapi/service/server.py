@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator
 
 from ..hal import (ClientId, ErrorStatus, ExecutionPreference, IDevice, MeasureTiming, MemoryPool, NnError, Priority,
                    Request, invalid)
-from ..memory import MappingCache, file_identity
+from ..memory import FileCopy, MappingCache, file_identity
 from ..memory.domains import calling_client
 from ..qos import Scheduler
 from . import codec
@@ -108,7 +108,8 @@ class _Burst:
     def __init__(self, driver_burst, channel: socket.socket | None = None) -> None:
         self.driver_burst = driver_burst
         self.channel = channel
-        self.slots: dict[int, tuple[MemoryPool, list[int]]] = {}
+        #: slot -> (pool, the descriptors kept for it, its copy of an app's file or None)
+        self.slots: dict[int, tuple[MemoryPool, list[int], FileCopy | None]] = {}
         self.lock = threading.Lock()
 
     def forget(self, slot: int) -> None:
@@ -641,7 +642,7 @@ class Service:
     def _dispatch(self, client: _Client, body: bytes, fds: list[int], tasks: list[Callable[[], None]]) -> bool:
         """Read one call: answer it at once (inline calls, errors) or add it to `tasks`; False when the
         connection must be dropped."""
-        dec = Decoder(fds)
+        dec = Decoder(fds, stable=True)
         rid = 0
         try:
             rid, method, target, args = _read_call(body, len(fds))
@@ -738,7 +739,7 @@ class Service:
             bursts = [e.obj for e in client.objects.values() if e.kind == BURST]
         for burst in bursts:
             with burst.lock:
-                held = [slot for slot, (pool, _) in burst.slots.items()
+                held = [slot for slot, (pool, _, _) in burst.slots.items()
                         if pool.handle is not None and file_identity(pool.handle) in files]
             for slot in held:
                 burst.forget(slot)
@@ -812,6 +813,7 @@ class Service:
             call.client.in_place(call.dec.request(request)), _enum(MeasureTiming, check_int(measure, "measure")),
             check_opt_int(deadline, "deadline"), check_opt_int(loop_timeout, "loop timeout"),
             client=ClientId(call.client.creds.uid))
+        call.dec.write_back()  # (outputs in copies of the app's files go back into them)
         return [codec.encode_shapes(shapes), codec.encode_timing(timing)]
 
     def _execute(self, call: _Call, prepared, args) -> _Deferred:
@@ -828,6 +830,11 @@ class Service:
             call.client.send([EVENT, rid, result])
 
         def callback(status, shapes, timing) -> None:
+            if status == ErrorStatus.NONE:
+                try:
+                    call.dec.write_back()
+                except NnError as e:
+                    status, shapes = e.status, []
             result = [int(status), codec.encode_shapes(list(shapes or [])), codec.encode_timing(timing)]
             with lock:
                 if not state["replied"]:
@@ -859,8 +866,14 @@ class Service:
             request, fences, _enum(MeasureTiming, check_int(measure, "measure")),
             check_opt_int(deadline, "deadline"), check_opt_int(loop_timeout, "loop timeout"),
             check_opt_int(after_fence, "timeout after fence"), client=ClientId(call.client.creds.uid))
+        if fence is not None and fence >= 0 and call.dec.writes_back:
+            _wait_fence(fence)  # outputs in copies of the app's files go back before the answer
+            os.close(fence)
+            fence = -1
         if fence is None or fence < 0:  # done: the completion is this reply
             status, launched, fenced = callback.get_execution_info()
+            if status == ErrorStatus.NONE:
+                call.dec.write_back()
             return [None, 0, [int(status), codec.encode_timing(launched), codec.encode_timing(fenced)]]
         # Still running: the client gets the sync fence and asks the callback later; the request's
         # memory stays open until it releases the callback.
@@ -935,7 +948,7 @@ class Service:
 
     def _channel_call(self, client: _Client, oid: int, burst: "_Burst", channel: socket.socket,
                       send_lock: threading.Lock, body: bytes, fds: list[int]) -> None:
-        dec = Decoder(fds)
+        dec = Decoder(fds, stable=True)
         rid = 0
         with contextlib.ExitStack() as hold:  # an execution: from its decoding to its answer
             try:
@@ -967,6 +980,7 @@ class Service:
         request: Request = call.dec.request(request)
         slots = check_list(slots, "burst slots", length=len(request.pools))
         tokens = []
+        kept: list[FileCopy] = []  # copies of the app's files the burst keeps, used by this execution
         for k, s in enumerate(slots):
             if s is None:
                 tokens.append(-1)
@@ -976,21 +990,29 @@ class Service:
             if kind == "n":  # a new pool for this slot: keep it (and its descriptors)
                 pool = request.pools[k]
                 fds = [call.dec.adopt(fd) for fd in (pool.handle.fds if pool.handle is not None else ()) if fd >= 0]
+                copy = call.dec.copy_of(pool.handle)  # (a copy of the app's file: that file is kept too)
+                if copy is not None:
+                    fds.append(call.dec.adopt(copy.source))
                 burst.forget(slot)
                 with burst.lock:
-                    burst.slots[slot] = (pool, fds)
+                    burst.slots[slot] = (pool, fds, copy)
             elif kind == "s":
                 with burst.lock:
                     entry = burst.slots.get(slot)
                 if entry is None:
                     raise invalid(f"burst slot {slot} (pool {k}) holds no memory")
                 request.pools[k] = entry[0]
+                if entry[2] is not None:  # a copy: what the app wrote into its file since comes in
+                    entry[2].refresh()
+                    kept.append(entry[2])
             else:
                 raise invalid(f"burst slot {k}: unknown kind {kind!r}")
             tokens.append(slot)
         shapes, timing = burst.driver_burst.execute_synchronously(
             request, tokens, _enum(MeasureTiming, check_int(measure, "measure")), check_opt_int(deadline, "deadline"),
             check_opt_int(loop_timeout, "loop timeout"), client=ClientId(call.client.creds.uid))
+        call.dec.write_back()
+        codec.write_back(kept)
         return [codec.encode_shapes(shapes), codec.encode_timing(timing)]
 
     def _burst_release(self, call: _Call, burst: _Burst, args) -> None:
@@ -1002,11 +1024,20 @@ class Service:
     def _copy_to(self, call: _Call, buffer, args) -> None:
         (handle,) = check_list(args, "copy_to arguments", length=1)
         buffer.copy_to(call.dec.handle(handle, "copy_to memory"))
+        call.dec.write_back()
 
     def _copy_from(self, call: _Call, buffer, args) -> None:
         handle, dims = check_list(args, "copy_from arguments", length=2)
         dims = [check_int(d, "copy_from dimension") for d in check_list(dims, "copy_from dimensions", codec.MAX_RANK)]
         buffer.copy_from(call.dec.handle(handle, "copy_from memory"), dims)
+
+
+def _wait_fence(fd: int) -> None:
+    """Wait until a driver's sync fence is signalled (its execution has ended, whatever its outcome)."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while not poller.poll(1000):
+        pass
 
 
 def _rss_bytes() -> int:
