@@ -4,6 +4,7 @@ duration estimates (a calibrated cost model, then past runs) and peak-memory est
 A driver keeps one `Scheduler`, submits each preparation and execution as a `Ticket` (admission:
 deadline and queue checks that answer at once), runs it with `ticket.run(fn)`, and calls
 `checkpoint()` between units of work so the scheduler can preempt it or abort it at its deadline.
+Native calls that reach no checkpoint run LOW work at the OS's lowest priority (`background`).
 """
 from .estimate import Calibration, DurationStats, calibrate, model_cost_ns
 from .memory import estimate_peak_bytes

@@ -20,6 +20,7 @@ from ...memory import ArrayPool, MappedImage, MappedPool
 from ...memory.domains import RequestBuffers
 from ...ops import numpy_dtype
 from ...qos import checkpoint, current as current_ticket
+from ...qos.background import native_call
 
 
 def region_length(pool: MappedPool, length: int) -> int:
@@ -149,6 +150,13 @@ class Binding:
         on) and runs the call again from scratch (`qos.Ticket.preemptible`). A no-op outside the scheduler."""
         ticket = current_ticket()
         return ticket.preemptible(stop) if ticket is not None else contextlib.nullcontext()
+
+    @staticmethod
+    def native(workers: Sequence[str] = ()):
+        """A context manager around one native call that reaches no checkpoint: LOW work runs it at the
+        lowest OS priority, with the library's worker threads named `workers` (`qos.background`)."""
+        ticket = current_ticket()
+        return native_call(ticket.priority, workers) if ticket is not None else contextlib.nullcontext()
 
     @staticmethod
     def yield_requested() -> bool:

@@ -39,6 +39,8 @@ from . import program as prog
 
 #: Inputs at least this large and 64-byte aligned are aliased rather than copied.
 ALIAS_MIN_BYTES = 1 << 16
+#: The names of XLA's CPU worker threads (its intra-op pool), lowered with LOW work (`qos.background`).
+WORKER_THREADS = ("tf_XLAEigen",)
 #: Iterations each WHILE loop may run in the first run of a sub-model; at most int32's largest.
 FIRST_LOOP_BUDGET, MAX_LOOP_BUDGET = 1 << 10, (1 << 31) - 1
 #: A budget that ran out grows by at most this factor per run.
@@ -163,14 +165,15 @@ class XlaPreparedModel(DriverPreparedModel):
                 binding.checkpoint(f"sub-model {j} of {len(segments)}")  # preemption / deadline (QoS)
             seg_args = [*(values[s.index] for s in seg.inputs), *(self._constants[s.index] for s in seg.constants)]
             try:
-                if trace.active():
-                    with trace.span(f"sub-model {j}", "operation", device="xla"):
-                        outs = self._run_with_budget(j, exe, seg_args, binding) if seg.loops else exe(*seg_args)
-                        jax.block_until_ready(outs)
-                elif seg.loops:
-                    outs = self._run_with_budget(j, exe, seg_args, binding)
-                else:
-                    outs = exe(*seg_args)
+                with binding.native(WORKER_THREADS):  # (LOW work: in the OS's background)
+                    if trace.active():
+                        with trace.span(f"sub-model {j}", "operation", device="xla"):
+                            outs = self._run_with_budget(j, exe, seg_args, binding) if seg.loops else exe(*seg_args)
+                            jax.block_until_ready(outs)
+                    elif seg.loops:
+                        outs = self._run_with_budget(j, exe, seg_args, binding)
+                    else:
+                        outs = exe(*seg_args)
             except NnError:
                 raise
             except Exception as e:  # never crash the caller on a runtime failure of XLA
