@@ -657,3 +657,35 @@ def test_a_regular_file_as_memory_reads_and_writes_through_every_kind_of_executi
             np.testing.assert_array_equal(file_floats()[2 * n:], k + 1 + np.arange(n, dtype=np.float32),
                                           err_msg=how)
     memory.close()
+
+
+def test_a_burst_lets_go_of_an_apps_file_once_the_app_closes_its_memory(services_dir, service, tmp_path):
+    """A burst slot over a regular file holds the service's copy and the app's file; closing the memory
+    has the service drop the slot, so it holds the file no longer (while the burst lives on)."""
+    n = 1 << 10
+    path = tmp_path / "held.bin"
+    path.write_bytes(np.ones(n, np.float32).tobytes())
+    fd = os.open(path, os.O_RDWR)
+    memory = nnapi.Memory.from_fd(fd, 0, 4 * n)
+    os.close(fd)
+    c = nnapi.Compilation(add_relu_model(n), devices=["reference"]).finish()
+
+    def service_holds_the_file() -> bool:
+        links = []
+        for entry in os.listdir(f"/proc/{service.pid}/fd"):
+            try:
+                links.append(os.readlink(f"/proc/{service.pid}/fd/{entry}"))
+            except OSError:
+                pass
+        return str(path) in links
+
+    with c.create_burst() as burst:
+        e = nnapi.Execution(c)
+        e.set_input_from_memory(0, memory, 0, 4 * n)
+        e.set_input(1, np.ones(n, np.float32))
+        e.set_output(0, np.zeros(n, np.float32))
+        burst.compute(e)
+        assert service_holds_the_file()
+        memory.close()
+        c.steps[0].device.driver.status()  # (what the app freed is told with its next call)
+        assert not service_holds_the_file()

@@ -86,6 +86,10 @@ class FileCopy:
         if self.writable:
             _copy_range(self.copy, self.source, self.start, self.end)
 
+    def source_identity(self) -> tuple[int, int] | None:
+        """(st_dev, st_ino) of the app's file."""
+        return _fd_identity(self.source)
+
 
 def stable_handle(handle: MemoryHandle) -> tuple[MemoryHandle, FileCopy | None]:
     """`handle`, safe to map in a process that does not own it. A mapping faults (SIGBUS, which kills
@@ -199,9 +203,13 @@ _forgetters_lock = threading.Lock()
 
 def file_identity(handle: MemoryHandle) -> tuple[int, int] | None:
     """(st_dev, st_ino) of the file a one-descriptor handle maps, or None (no such descriptor)."""
+    return _fd_identity(handle.fds[0]) if handle.fds else None
+
+
+def _fd_identity(fd: int) -> tuple[int, int] | None:
     try:
-        st = os.fstat(handle.fds[0])
-    except (OSError, IndexError, TypeError, ValueError, OverflowError):
+        st = os.fstat(fd)
+    except (OSError, TypeError, ValueError, OverflowError):
         return None
     return st.st_dev, st.st_ino
 

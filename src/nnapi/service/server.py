@@ -739,8 +739,9 @@ class Service:
             bursts = [e.obj for e in client.objects.values() if e.kind == BURST]
         for burst in bursts:
             with burst.lock:
-                held = [slot for slot, (pool, _, _) in burst.slots.items()
-                        if pool.handle is not None and file_identity(pool.handle) in files]
+                held = [slot for slot, (pool, _, copy) in burst.slots.items()
+                        if pool.handle is not None and file_identity(pool.handle) in files
+                        or copy is not None and copy.source_identity() in files]
             for slot in held:
                 burst.forget(slot)
 
