@@ -279,3 +279,41 @@ def test_an_app_that_shrinks_its_memory_under_the_service_cannot_crash_it(servic
     assert answers["ok"] + answers["refused"] > 5
     assert bool(refused_shrink) == (kind == "memfd-sealable")
     _check_witness(witness)
+
+
+def test_a_file_too_large_to_copy_is_refused_before_anything_is_copied(tmp_path, monkeypatch):
+    """A file the service cannot seal is copied; one larger than a tensor may be (or a message whose
+    copies together are) is refused with RESOURCE_EXHAUSTED_PERSISTENT, without copying a byte: an app
+    cannot make the service take gigabytes by naming a large (even sparse) file."""
+    import mmap as _mmap
+    from nnapi.hal import NnError
+    from nnapi.memory import close_handle, mmap_fd_handle, stable_handle
+    path = tmp_path / "sparse.bin"
+    with open(path, "wb") as f:
+        f.truncate(1 << 30)  # 1 GiB, sparse: nothing on disk
+    fd = os.open(path, os.O_RDONLY)
+    big = mmap_fd_handle(fd, 0, 1 << 30, _mmap.PROT_READ)
+    small = mmap_fd_handle(fd, 0, 1 << 20, _mmap.PROT_READ)
+    os.close(fd)
+    try:
+        with pytest.raises(NnError) as err:
+            stable_handle(big, max_copy_bytes=64 << 20)
+        assert err.value.status == ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT
+        assert "Memory.ashmem" in err.value.message
+        copied, copy = stable_handle(small, max_copy_bytes=64 << 20)
+        assert copy is not None and copy.end - copy.first == 1 << 20
+        close_handle(copied)
+        # One message's copies share the budget: the third 1 MiB copy is over a 2.5 MiB one.
+        monkeypatch.setattr(codec, "max_tensor_bytes", lambda: 5 << 19)
+        enc = codec.Encoder()
+        message = codec.unpack(codec.pack([enc.handle(small) for _ in range(3)]), len(enc.fds))
+        dec = codec.Decoder([os.dup(f) for f in enc.fds], stable=True)  # (the decoder closes its own)
+        dec.handle(message[0], "pool 0")
+        dec.handle(message[1], "pool 1")
+        with pytest.raises(NnError) as err:
+            dec.handle(message[2], "pool 2")
+        assert err.value.status == ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT and "pool 2" in err.value.message
+        dec.close()
+    finally:
+        close_handle(big)
+        close_handle(small)

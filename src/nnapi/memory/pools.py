@@ -91,13 +91,14 @@ class FileCopy:
         return _fd_identity(self.source)
 
 
-def stable_handle(handle: MemoryHandle) -> tuple[MemoryHandle, FileCopy | None]:
+def stable_handle(handle: MemoryHandle, max_copy_bytes: int | None = None) -> tuple[MemoryHandle, FileCopy | None]:
     """`handle`, safe to map in a process that does not own it. A mapping faults (SIGBUS, which kills
     the process) wherever its file has shrunk below it, and the owner may shrink it at any moment: a
     memfd is sealed against shrinking (ashmem's size is fixed anyway); another file, or a memfd that
     cannot be sealed, is copied into a private memfd. Returns the handle to map (the copy's, at the
     same offsets) and the copy, if one was made. INVALID_ARGUMENT for a file too short for the region
-    or a descriptor that is not a file."""
+    or a descriptor that is not a file; RESOURCE_EXHAUSTED_PERSISTENT for a copy over `max_copy_bytes`
+    (default: `max_tensor_bytes()`)."""
     if handle.name not in MAPPED_KINDS or len(handle.fds) != 1:
         return handle, None
     fd = handle.fds[0]
@@ -132,6 +133,11 @@ def stable_handle(handle: MemoryHandle) -> tuple[MemoryHandle, FileCopy | None]:
                                                     f"less than its region's end at {end}")
     if seals is not None and seals & fcntl.F_SEAL_SHRINK:
         return handle, None
+    limit = max_tensor_bytes() if max_copy_bytes is None else max_copy_bytes
+    if end - first > limit:
+        raise NnError(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
+                      f"the {handle.name} pool's file cannot be sealed against shrinking, and a copy of its "
+                      f"{end - first} bytes is over the {limit} allowed: share a sealable memfd (Memory.ashmem)")
     copy_fd = os.memfd_create("nnapi-copy", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     copy = FileCopy(fd, copy_fd, first, start, end, writable and access != os.O_RDONLY)
     try:

@@ -31,7 +31,7 @@ from ..hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, DataLocat
                    ErrorStatus, MemoryHandle, MemoryPool, Model, NnError, OperandPerformance, OperandType,
                    OutputShape, PerformanceInfo, Request, RequestArgument, Timing, invalid)
 from ..hal.serialize import model_from_bytes, model_to_bytes
-from ..memory import FileCopy, stable_handle
+from ..memory import FileCopy, max_tensor_bytes, stable_handle
 from .wire import close_fds
 
 #: The protocol version both sides must speak (the first call of a connection is `hello`).
@@ -273,6 +273,7 @@ class Decoder:
         self._adopted: set[int] = set()
         self._stable = stable
         self._copies: dict[int, FileCopy] = {}  # a copy's descriptor -> the copy
+        self._copied = 0
 
     def fd(self, v: Any, what: str) -> int:
         if not isinstance(v, FdRef):
@@ -303,13 +304,14 @@ class Decoder:
                               tuple(check_int(i, f"{what} int") for i in ints), check_int(size, f"{what} size"))
         if not self._stable:
             return handle
-        try:
-            stable, copy = stable_handle(handle)
+        try:  # (the copies of one message together stay within what one tensor may take)
+            stable, copy = stable_handle(handle, max_tensor_bytes() - self._copied)
         except NnError as e:
             raise NnError(e.status, f"{what}: {e.message}") from None
         if copy is not None:
             self.fds.append(copy.copy)  # (closed, or adopted, with the frame's own)
             self._copies[copy.copy] = copy
+            self._copied += copy.end - copy.first
         return stable
 
     def write_back(self) -> None:
