@@ -117,21 +117,17 @@ def stable_handle(handle: MemoryHandle, max_copy_bytes: int | None = None) -> tu
         start, end = 0, (handle.size if handle.name == "ashmem" else st.st_size)
         first, writable = 0, True
     try:
-        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
-    except OSError:
-        seals = None  # not a memfd
-    if seals is not None and not seals & fcntl.F_SEAL_SHRINK:
-        try:
+        sealed = bool(fcntl.fcntl(fd, fcntl.F_GET_SEALS) & fcntl.F_SEAL_SHRINK)
+        if not sealed:
             fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK)
-            seals |= fcntl.F_SEAL_SHRINK
-        except OSError:
-            pass  # a read-only descriptor, or sealing not allowed: copy it
-    if seals is not None and seals & fcntl.F_SEAL_SHRINK:
+            sealed = True
         st = os.fstat(fd)  # (its size now stays at least this)
+    except OSError:
+        sealed = False  # not a memfd, a read-only descriptor, or sealing not allowed: copy it
     if end > st.st_size or end <= 0:
         raise NnError(ErrorStatus.INVALID_ARGUMENT, f"the {handle.name} pool's file holds {st.st_size} bytes, "
                                                     f"less than its region's end at {end}")
-    if seals is not None and seals & fcntl.F_SEAL_SHRINK:
+    if sealed:
         return handle, None
     limit = max_tensor_bytes() if max_copy_bytes is None else max_copy_bytes
     if end - first > limit:

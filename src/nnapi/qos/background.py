@@ -23,8 +23,8 @@ from ..hal import Priority
 BACKGROUND_NICE = 19
 
 _lock = threading.Lock()
-_running: dict[tuple[str, ...], int] = {}      # worker thread names -> LOW native calls running
-_lowered: dict[int, int] = {}                   # thread id -> the nice value it had
+_running: dict[tuple[str, ...], tuple[int, list[int]]] = {}  # worker names -> (LOW calls running, workers)
+_lowered: dict[int, int] = {}                                 # thread id -> the nice value it had
 
 
 @functools.lru_cache(maxsize=1)
@@ -98,14 +98,18 @@ def native_call(priority: Priority, workers: Sequence[str] = ()) -> Iterator[Non
     tid = threading.get_native_id()
     with _lock:
         _lower([tid])
-        _running[key] = _running.get(key, 0) + 1
-        if _running[key] == 1 and key:
-            _lower(_threads_named(key))
+        count, pool = _running.get(key, (0, []))
+        if not count and key:
+            pool = _threads_named(key)
+            _lower(pool)
+        _running[key] = (count + 1, pool)
     try:
         yield
     finally:
         with _lock:
             _restore([tid])
-            _running[key] -= 1
-            if not _running[key] and key:
-                _restore(_threads_named(key))
+            count, pool = _running.pop(key)
+            if count > 1:
+                _running[key] = (count - 1, pool)
+            else:
+                _restore(pool)

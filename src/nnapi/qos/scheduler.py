@@ -37,9 +37,10 @@ answer (the driver service) sets a probe `foreground(priority)` saying whether r
 priority should give way now (the service: LOW work, while a call waits to be read or is being
 read, and while a synchronous execution of other work is handled). Work that should pauses at its
 checkpoints, in short sleeps that release the interpreter lock (at most `BACKGROUND_PAUSE_NS` each
-time; never under FIFO, and never once the scheduler wants the work to yield its slot). Without this a call's thread waited for the lock behind the Python of running work
-before the scheduler ever saw the call: the lock goes to whichever thread wins the race, and two
-threads of work handing it to each other starved a third for 10 ms and more.
+time; never under FIFO, and never once the scheduler wants the work to yield its slot). Without
+this a call's thread waited for the lock behind the Python of running work before the scheduler
+ever saw the call: the lock goes to whichever thread wins the race, and two threads of work
+handing it to each other starved a third for 10 ms and more.
 """
 from __future__ import annotations
 

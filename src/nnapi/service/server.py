@@ -39,6 +39,7 @@ from ..hal import (ClientId, ErrorStatus, ExecutionPreference, IDevice, MeasureT
 from ..memory import FileCopy, MappingCache, file_identity
 from ..memory.domains import calling_client
 from ..qos import Scheduler
+from ..qos.fences import wait_fences
 from . import codec
 from .codec import (CALL, EVENT, REPLY, Decoder, Encoder, check_bytes, check_int, check_list, check_opt_int,
                     check_str)
@@ -868,7 +869,7 @@ class Service:
             check_opt_int(deadline, "deadline"), check_opt_int(loop_timeout, "loop timeout"),
             check_opt_int(after_fence, "timeout after fence"), client=ClientId(call.client.creds.uid))
         if fence is not None and fence >= 0 and call.dec.writes_back:
-            _wait_fence(fence)  # outputs in copies of the app's files go back before the answer
+            wait_fences([fence], None)  # outputs in copies of the app's files go back before the answer
             os.close(fence)
             fence = -1
         if fence is None or fence < 0:  # done: the completion is this reply
@@ -1031,14 +1032,6 @@ class Service:
         handle, dims = check_list(args, "copy_from arguments", length=2)
         dims = [check_int(d, "copy_from dimension") for d in check_list(dims, "copy_from dimensions", codec.MAX_RANK)]
         buffer.copy_from(call.dec.handle(handle, "copy_from memory"), dims)
-
-
-def _wait_fence(fd: int) -> None:
-    """Wait until a driver's sync fence is signalled (its execution has ended, whatever its outcome)."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN)
-    while not poller.poll(1000):
-        pass
 
 
 def _rss_bytes() -> int:
