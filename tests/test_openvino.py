@@ -174,6 +174,44 @@ def test_layouts_fold_no_transpose_between_channel_first_operations():
     assert kinds.count("Transpose") == 3  # input -> NCHW; pool -> NHWC for RESHAPE; ADD output -> NHWC
 
 
+def pad_conv_resize_net(align: bool, half: bool, nearest: bool) -> nnapi.Model:
+    """NHWC float: PAD (spatial) -> CONV_2D 3x3 VALID -> RESIZE_BILINEAR / RESIZE_NEAREST_NEIGHBOR 5x5 -> 11x7."""
+    m = nnapi.Model()
+    f = T.TENSOR_FLOAT32
+    x = _tensor(m, f, (1, 5, 5, 3))
+    pads = _tensor(m, T.TENSOR_INT32, (4, 2), np.array([[0, 0], [1, 1], [1, 1], [0, 0]], np.int32))
+    p = _tensor(m, f, (1, 7, 7, 3))
+    m.add_operation(Op.PAD, [x, pads], [p])
+    w = _tensor(m, f, (4, 3, 3, 3), RNG.standard_normal((4, 3, 3, 3)).astype(np.float32) * 0.3)
+    b = _tensor(m, f, (4,), RNG.standard_normal(4).astype(np.float32) * 0.1)
+    c = _tensor(m, f, (1, 5, 5, 4))
+    m.add_operation(Op.CONV_2D, [p, w, b, _scalar(m, 2), _scalar(m, 1), _scalar(m, 1), _scalar(m, 0)],
+                    [c])
+    y = _tensor(m, f, (1, 11, 7, 4))
+    flags = [_scalar(m, False, T.BOOL), _scalar(m, align, T.BOOL), _scalar(m, half, T.BOOL)]
+    op = Op.RESIZE_NEAREST_NEIGHBOR if nearest else Op.RESIZE_BILINEAR
+    m.add_operation(op, [c, _scalar(m, 7), _scalar(m, 11), *flags], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+@pytest.mark.parametrize("nearest", [False, True])
+@pytest.mark.parametrize("align, half", [(False, False), (True, False), (False, True)])
+def test_resize_is_one_interpolate_and_a_pad_folds_into_its_convolution(device, align, half, nearest):
+    """RESIZE_* runs as one Interpolate kernel (not Gathers and weighted sums) in the coordinate mode
+    of Android's sampling positions, and a spatial PAD of an NHWC tensor folds into the convolution
+    that reads it (no Pad kernel of its own): outputs as the reference driver's."""
+    m = pad_conv_resize_net(align, half, nearest)
+    prepared = device.prepare_model(m.to_hal())
+    runtime = prepared.compiled.get_runtime_model()
+    kinds = [op.get_rt_info()["layerType"].astype(str) for op in runtime.get_ordered_ops()]
+    assert kinds.count("Interpolate") == 1 and "Gather" not in kinds and "Pad" not in kinds, kinds
+    x = RNG.standard_normal((1, 5, 5, 3)).astype(np.float32)
+    (got,), (want,) = _run(m, "openvino", [x]), _run(m, "reference", [x])
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
 # --- results against the reference driver ---------------------------------------------------
 def test_float_model_matches_reference():
     m = conv_net()

@@ -47,6 +47,11 @@ def concatenation(ctx: OpContext, xs):
 def _pad(ctx: OpContext, xs, value: float):
     pads = np.asarray(resolve(ctx).paddings, np.int64).reshape(-1, 2)
     node, perm = xs[0].physical()
+    if perm is None and len(pads) == 4 and not pads[[0, 3]].any() and pads[1:3].any():
+        # Spatial padding of an NHWC image, which a convolution or pool reads next: padded channel-first,
+        # OpenVINO folds the Pad into that operation's own padding (pose_detection's input Pad otherwise
+        # ran as a reference kernel over the NHWC input before its Transpose).
+        node, perm = xs[0].laid_out(NCHW), NCHW
     if perm is not None:
         pads = pads[list(perm)]
     y = ops.pad(node, constant(np.ascontiguousarray(pads[:, 0])), constant(np.ascontiguousarray(pads[:, 1])),
