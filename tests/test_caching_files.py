@@ -1,5 +1,5 @@
-"""Cache-file reads (`caching.files.read_file`): whole content, 64-byte aligned, writable, any size;
-large files land in memory the kernel supplies at once (no transparent huge pages to wait for)."""
+"""Cache-file reads (`caching.files.read_file`): whole content, 64-byte aligned, writable, at every
+size, below and above the one from which the buffer's pages are faulted in beforehand."""
 from __future__ import annotations
 
 import tempfile
@@ -7,11 +7,11 @@ import tempfile
 import numpy as np
 import pytest
 
-from nnapi.caching.files import ALIGN, POPULATED_BYTES, aligned_buffer, read_file
+from nnapi.caching.files import ALIGN, PREFAULTED_BYTES, aligned_buffer, read_file
 from nnapi.hal import ErrorStatus, NnError
 
 
-@pytest.mark.parametrize("size", [0, 1, 4095, POPULATED_BYTES - 1, POPULATED_BYTES, 3 * POPULATED_BYTES + 17])
+@pytest.mark.parametrize("size", [0, 1, 4095, PREFAULTED_BYTES - 1, PREFAULTED_BYTES, 3 * PREFAULTED_BYTES + 17])
 def test_read_file_gives_the_whole_content_aligned_and_writable(size: int) -> None:
     data = np.random.default_rng(size).integers(0, 256, size, dtype=np.uint8).tobytes()
     with tempfile.TemporaryFile() as f:
@@ -28,7 +28,7 @@ def test_read_file_gives_the_whole_content_aligned_and_writable(size: int) -> No
 
 
 def test_a_large_buffer_outlives_the_views_that_made_it() -> None:
-    arr = np.frombuffer(aligned_buffer(2 * POPULATED_BYTES), np.float32)  # (no other reference to the buffer)
+    arr = np.frombuffer(aligned_buffer(2 * PREFAULTED_BYTES), np.float32)  # (no other reference to the buffer)
     arr[:] = 1.5
     assert float(arr.sum()) == 1.5 * arr.size
 

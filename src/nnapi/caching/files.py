@@ -7,6 +7,7 @@ is caught by the integrity check of its content.
 """
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import mmap
 import os
@@ -76,28 +77,44 @@ def check_read_write(fds: Sequence[int], what: str) -> None:
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"{what} {i}: file is not open for reading and writing")
 
 
-#: Buffers from this size on are anonymous mappings whose pages the kernel supplies in one call.
-POPULATED_BYTES = 1 << 20
+#: Buffers from this size on get their pages in one call, as small pages (`_prefault`).
+PREFAULTED_BYTES = 1 << 20
 
 
 def aligned_buffer(size: int) -> memoryview:
-    """A fresh writable buffer of `size` bytes starting on an ALIGN-byte boundary.
-
-    A large one is a private anonymous mapping of small pages faulted in at once (MAP_POPULATE):
-    numpy's own large arrays ask for transparent huge pages, and a huge page fault may wait for the
-    kernel to compact memory (a 14 MB cache read took 4 ms, or 26-32 ms now and then, against a
-    steady 5.5 ms populated)."""
-    if size >= POPULATED_BYTES and _POPULATE:
-        try:
-            return memoryview(mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _POPULATE))
-        except OSError:
-            pass  # (no such mapping here: numpy's buffer)
+    """A fresh writable buffer of `size` bytes starting on an ALIGN-byte boundary; one of
+    PREFAULTED_BYTES and more has its pages before anything is written to it (`_prefault`)."""
     raw = np.empty(size + ALIGN, np.uint8)
     start = (-raw.ctypes.data) % ALIGN
+    if size >= PREFAULTED_BYTES:
+        _prefault(raw.ctypes.data, raw.nbytes)
     return memoryview(raw[start:start + size])
 
 
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+_PAGE = mmap.PAGESIZE
+_MADV_NOHUGEPAGE = getattr(mmap, "MADV_NOHUGEPAGE", 15)
+_MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # (Linux 5.14)
+try:
+    _madvise = ctypes.CDLL(None, use_errno=True).madvise
+    _madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+except (OSError, AttributeError):
+    _madvise = None
+
+
+def _prefault(address: int, length: int) -> None:
+    """Give the whole pages of [address, address + length) small pages, faulted in by one call.
+
+    numpy asks for transparent huge pages on large arrays, and a huge-page fault may first wait for
+    the kernel to compact memory: reading a 14 MB cache file took 3.4-7.7 ms, and 26-32 ms now and
+    then. Small pages faulted in at once take a steady 5-6 ms, and nothing when the memory is reused
+    (numpy's large arrays come back from the heap). Best effort: an older kernel faults on demand."""
+    if _madvise is None:
+        return
+    first = -(-address // _PAGE) * _PAGE
+    end = (address + length) // _PAGE * _PAGE
+    if end > first:
+        _madvise(first, end - first, _MADV_NOHUGEPAGE)
+        _madvise(first, end - first, _MADV_POPULATE_WRITE)
 
 
 def read_file(fd: int, limit: int) -> memoryview:
