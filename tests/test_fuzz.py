@@ -55,7 +55,9 @@ def _build(operands, values, operations, io) -> nnapi.Model:
         if isinstance(v, bytes) or not operands[target][0].is_scalar:
             m.set_operand_value(target, v if isinstance(v, bytes) else np.full(1, v))
         else:
-            m.set_operand_value(target, np.asarray(v).astype(nnapi.ops.numpy_dtype(operands[target][0])))
+            with np.errstate(all="ignore"):  # (wrapped and saturated scalars are fuzz values too)
+                raw = np.asarray(v).astype(nnapi.ops.numpy_dtype(operands[target][0]))
+            m.set_operand_value(target, raw)
     for op_type, ins, outs in operations:
         m.add_operation(op_type, ins, outs)
     ins, outs = io

@@ -80,6 +80,44 @@ def test_model_rejects_bad_operand_index_and_size():
     assert e.value.code == ResultCode.BAD_DATA and "needs 8 bytes" in e.value.message
 
 
+@pytest.mark.parametrize("kind, dims, value, says", [
+    (T.INT32, (), 3.5, "3.5 is not a whole number"),
+    (T.INT32, (), float("nan"), "nan is not a whole number"),
+    (T.INT32, (), 2**40, "out of range [-2147483648, 2147483647]"),
+    (T.UINT32, (), -1, "-1 is out of range [0, 4294967295]"),
+    (T.TENSOR_INT32, (2,), np.array([1.0, np.inf]), "inf is not a whole number"),
+    (T.TENSOR_QUANT8_ASYMM, (2,), [0, 256], "256 is out of range [0, 255]"),
+    (T.TENSOR_QUANT8_ASYMM_SIGNED, (2,), np.array([-129, 0]), "-129 is out of range [-128, 127]"),
+    (T.FLOAT32, (), 1e40, "beyond the range of float32"),
+    (T.TENSOR_FLOAT16, (1,), np.array([70000.0], np.float32), "beyond the range of float16"),
+])
+def test_a_value_the_operand_type_cannot_hold_is_refused_not_wrapped(kind, dims, value, says):
+    """numpy would wrap, truncate or overflow to infinity (with at most a warning): the model would
+    hold another number than the app gave."""
+    m = nnapi.Model()
+    a = m.add_operand(kind, dims, 0.5 if kind.is_quantized else 0.0)
+    with pytest.raises(nnapi.NnError) as e:
+        m.set_operand_value(a, value)
+    assert e.value.code == ResultCode.BAD_DATA and f"operand {a} ({kind.name})" in e.value.message
+    assert says in e.value.message
+
+
+def test_values_the_operand_types_hold_are_taken_in_any_numeric_form():
+    """A float64 array for a float32 tensor, a whole float for an INT32 scalar: converted exactly."""
+    m = nnapi.Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, (2,))
+    c = m.add_operand(T.TENSOR_FLOAT32, (2,))
+    m.set_operand_value(c, np.array([0.1, 2.0]))  # float64
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 1.0)  # RELU, as a whole float
+    out = m.add_operand(T.TENSOR_FLOAT32, (2,))
+    m.add_operation(Op.ADD, [x, c, act], [out])
+    m.identify_inputs_and_outputs([x], [out])
+    m.finish()
+    (got,) = nnapi.Compilation(m, devices=["reference"]).finish().execute([np.array([1.0, -5.0], np.float32)])
+    np.testing.assert_array_equal(got, np.array([1.0, 0.0], np.float32) + np.array([np.float32(0.1), 0], np.float32))
+
+
 def test_model_finish_reports_validation_errors_as_bad_data():
     m = nnapi.Model()
     a = m.add_operand(T.TENSOR_FLOAT32, (2,))

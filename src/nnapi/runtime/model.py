@@ -25,6 +25,32 @@ def _bad(message: str) -> NnError:
     return NnError(ResultCode.BAD_DATA, message)
 
 
+
+def _exact(value: Any, dtype: np.dtype) -> np.ndarray:
+    """`value` as an array of `dtype`, refusing what the conversion would change (ValueError naming a
+    value): a fraction, NaN or infinity for an integer type, a number beyond the type's range (numpy
+    would wrap it, or give infinity, with at most a warning)."""
+    src = np.asarray(value)
+    if src.dtype == dtype:
+        return src
+    if src.dtype.kind in "iuf" and dtype.kind in "iu" and src.size:
+        info = np.iinfo(dtype)
+        if src.dtype.kind == "f":
+            wide = src.astype(np.float64)
+            fraction = ~np.isfinite(wide) | (wide != np.floor(np.where(np.isfinite(wide), wide, 0)))
+            if np.any(fraction):
+                raise ValueError(f"{src[fraction].flat[0].item()!r} is not a whole number")
+        outside = (src < info.min) | (src > info.max)
+        if np.any(outside):
+            raise ValueError(f"{src[outside].flat[0].item()!r} is out of range [{info.min}, {info.max}]")
+    try:
+        with np.errstate(over="raise", invalid="raise"):
+            return src.astype(dtype)  # (a Python integer too large for int64 raises OverflowError here)
+    except FloatingPointError:
+        raise ValueError(f"a value is beyond the range of {dtype.name} "
+                         f"(largest {float(np.finfo(dtype).max):g})") from None
+
+
 class Model:
     """A model under construction; after `finish` it is immutable and can be compiled."""
 
@@ -102,10 +128,11 @@ class Model:
     def _to_bytes(operand: hal.Operand, value: Any, index: int) -> bytes:
         if isinstance(value, (bytes, bytearray, memoryview)):
             return bytes(value)
+        dtype = numpy_dtype(operand.type)
         try:
-            arr = np.asarray(value, dtype=numpy_dtype(operand.type))
-        except (TypeError, ValueError, OverflowError) as e:
-            raise _bad(f"Model.set_operand_value: operand {index}: {e}") from None
+            arr = _exact(value, dtype)
+        except (TypeError, ValueError, OverflowError, FloatingPointError) as e:
+            raise _bad(f"Model.set_operand_value: operand {index} ({operand.type.name}): {e}") from None
         return arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
 
     def set_operand_value_from_memory(self, index: int, memory: Memory, offset: int, length: int) -> None:
