@@ -118,6 +118,28 @@ def test_values_the_operand_types_hold_are_taken_in_any_numeric_form():
     np.testing.assert_array_equal(got, np.array([1.0, 0.0], np.float32) + np.array([np.float32(0.1), 0], np.float32))
 
 
+def test_an_input_the_operand_type_cannot_hold_is_refused_not_wrapped():
+    m = nnapi.Model()
+    a = m.add_operand(T.TENSOR_INT32, (2,))
+    b = m.add_operand(T.TENSOR_INT32, (2,))
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    out = m.add_operand(T.TENSOR_INT32, (2,))
+    m.add_operation(Op.ADD, [a, b, act], [out])
+    m.identify_inputs_and_outputs([a, b], [out])
+    m.finish()
+    c = nnapi.Compilation(m, devices=["reference"]).finish()
+    for bad, says in (([1.5, 2.0], "1.5 is not a whole number"), (np.array([2**40, 0]), "out of range"),
+                      ([np.nan, 0.0], "nan is not a whole number")):
+        e = nnapi.Execution(c)
+        with pytest.raises(nnapi.NnError) as err:
+            e.set_input(0, bad)
+        assert err.value.code == ResultCode.BAD_DATA and "input 0 (TENSOR_INT32)" in err.value.message
+        assert says in err.value.message
+    (y,) = c.execute([[1.0, 2.0], np.array([3, 4], np.int64)])  # whole numbers in other types are taken
+    np.testing.assert_array_equal(y, np.array([4, 6], np.int32))
+
+
 def test_model_finish_reports_validation_errors_as_bad_data():
     m = nnapi.Model()
     a = m.add_operand(T.TENSOR_FLOAT32, (2,))

@@ -31,6 +31,7 @@ from .burst import Burst
 from .compilation import Compilation, deadline_after, timeout_ns
 from .memory import Memory
 from .partitioner import Step
+from .values import exact_array
 
 _MAX_RETRIES = 4
 
@@ -326,7 +327,11 @@ class Execution:
         if value is None:
             self._bind("input", index, _Arg(omitted=True))
             return
-        arr = np.ascontiguousarray(value, dtype=io.dtype)
+        try:
+            arr = np.ascontiguousarray(exact_array(value, io.dtype))
+        except (TypeError, ValueError, OverflowError) as e:
+            raise NnError(ResultCode.BAD_DATA, f"Execution.set_input: input {index} ({operand.type.name}): {e}") \
+                from None
         dims = self._dims("input", index, operand, dimensions, tuple(arr.shape))
         need = operand.byte_size(dims)
         if arr.nbytes != need:

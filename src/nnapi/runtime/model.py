@@ -17,6 +17,7 @@ from ..hal import (MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, DataLocation, NnError,
 from ..memory import allocate_ashmem
 from ..ops import numpy_dtype
 from .memory import Memory
+from .values import exact_array
 
 _ALIGN = 16
 
@@ -24,31 +25,6 @@ _ALIGN = 16
 def _bad(message: str) -> NnError:
     return NnError(ResultCode.BAD_DATA, message)
 
-
-
-def _exact(value: Any, dtype: np.dtype) -> np.ndarray:
-    """`value` as an array of `dtype`, refusing what the conversion would change (ValueError naming a
-    value): a fraction, NaN or infinity for an integer type, a number beyond the type's range (numpy
-    would wrap it, or give infinity, with at most a warning)."""
-    src = np.asarray(value)
-    if src.dtype == dtype:
-        return src
-    if src.dtype.kind in "iuf" and dtype.kind in "iu" and src.size:
-        info = np.iinfo(dtype)
-        if src.dtype.kind == "f":
-            wide = src.astype(np.float64)
-            fraction = ~np.isfinite(wide) | (wide != np.floor(np.where(np.isfinite(wide), wide, 0)))
-            if np.any(fraction):
-                raise ValueError(f"{src[fraction].flat[0].item()!r} is not a whole number")
-        outside = (src < info.min) | (src > info.max)
-        if np.any(outside):
-            raise ValueError(f"{src[outside].flat[0].item()!r} is out of range [{info.min}, {info.max}]")
-    try:
-        with np.errstate(over="raise", invalid="raise"):
-            return src.astype(dtype)  # (a Python integer too large for int64 raises OverflowError here)
-    except FloatingPointError:
-        raise ValueError(f"a value is beyond the range of {dtype.name} "
-                         f"(largest {float(np.finfo(dtype).max):g})") from None
 
 
 class Model:
@@ -130,7 +106,7 @@ class Model:
             return bytes(value)
         dtype = numpy_dtype(operand.type)
         try:
-            arr = _exact(value, dtype)
+            arr = exact_array(value, dtype)
         except (TypeError, ValueError, OverflowError, FloatingPointError) as e:
             raise _bad(f"Model.set_operand_value: operand {index} ({operand.type.name}): {e}") from None
         return arr.astype(arr.dtype.newbyteorder("<"), copy=False).tobytes()
