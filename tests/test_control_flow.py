@@ -168,3 +168,40 @@ def test_xla_optimised_stage_of_a_loop_program_is_swapped_in():
     assert prepared.wait_optimized(timeout=60), prepared.optimize_error
     assert prepared.stage == "optimized"
     assert [run(0, 7), run(3, 10), run(200, 1)] == [[105], [103], [200]]
+
+
+def _gather_loop_model() -> nnapi.Model:
+    """i = i0; while i < n: i = table[i] with table = [1, 2, 3, 4, 5] (a GATHER in the body whose
+    index leaves the table once n > 5)."""
+    cond = _graph(Op.LESS, 2, T.TENSOR_BOOL8)
+    body = nnapi.Model()
+    i, n = body.add_operand(T.TENSOR_INT32, (1,)), body.add_operand(T.TENSOR_INT32, (1,))
+    table = body.add_operand(T.TENSOR_INT32, (5,))
+    body.set_operand_value(table, np.arange(1, 6, dtype=np.int32))
+    axis = body.add_operand(T.INT32)
+    body.set_operand_value(axis, 0)
+    nxt = body.add_operand(T.TENSOR_INT32, (1,))
+    body.add_operation(Op.GATHER, [table, axis, i], [nxt])
+    body.identify_inputs_and_outputs([i, n], [nxt])
+    body.finish()
+    m = nnapi.Model()
+    c, b = m.add_operand(T.SUBGRAPH), m.add_operand(T.SUBGRAPH)
+    m.set_operand_value_from_model(c, cond)
+    m.set_operand_value_from_model(b, body)
+    i0, limit = m.add_operand(T.TENSOR_INT32, (1,)), m.add_operand(T.TENSOR_INT32, (1,))
+    out = m.add_operand(T.TENSOR_INT32, (1,))
+    m.add_operation(Op.WHILE, [c, b, i0, limit], [out])
+    m.identify_inputs_and_outputs([i0, limit], [out])
+    m.finish()
+    return m
+
+
+@pytest.mark.parametrize("device", ["reference", "openvino"])
+def test_an_index_out_of_range_inside_a_loop_body_fails_the_execution(device):
+    """The GATHER inside the WHILE body checks its index at every iteration (openvino carries the
+    body's check out of its Loop node): in range the loop ends normally, out of range it fails."""
+    c = _compile(_gather_loop_model(), device)
+    (y,) = c.execute([np.array([0], np.int32), np.array([4], np.int32)])
+    assert y.tolist() == [4]
+    with pytest.raises(nnapi.NnError, match=r"GATHER: input 2 \(indices\) holds .*out of range \[0, 5\)"):
+        c.execute([np.array([0], np.int32), np.array([10], np.int32)])

@@ -213,6 +213,42 @@ def test_resize_is_one_interpolate_and_a_pad_folds_into_its_convolution(device, 
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
+def gather_net() -> nnapi.Model:
+    """GATHER of rows of a constant table (10 x 3) by indices the app gives at run time."""
+    m = nnapi.Model()
+    table = _tensor(m, T.TENSOR_FLOAT32, (10, 3), np.arange(30, dtype=np.float32).reshape(10, 3))
+    idx = _tensor(m, T.TENSOR_INT32, (4,))
+    y = _tensor(m, T.TENSOR_FLOAT32, (4, 3))
+    m.add_operation(Op.GATHER, [table, _scalar(m, 0), idx], [y])
+    m.identify_inputs_and_outputs([idx], [y])
+    m.finish()
+    return m
+
+
+def test_gather_fails_on_an_index_out_of_range_as_the_reference_driver_does(tmp_path):
+    """OpenVINO's Gather gives zeros for an index out of range; NNAPI fails the execution. The graph
+    checks the indices as it runs (also when loaded from the cache) and the execution fails with the
+    reference driver's status, naming the operation."""
+    m = gather_net()
+    good, bad = np.array([0, 9, 3, 3], np.int32), np.array([0, 10, 3, 3], np.int32)
+    failures = {}
+    for device in ("reference", "openvino"):
+        np.testing.assert_array_equal(_run(m, device, [good])[0], np.arange(30, dtype=np.float32).reshape(10, 3)[good])
+        with pytest.raises(nnapi.NnError) as e:
+            _run(m, device, [bad])
+        failures[device] = e.value
+    assert failures["openvino"].code == failures["reference"].code
+    assert "GATHER" in failures["openvino"].message and "out of range [0, 10)" in failures["openvino"].message
+    outcomes = []
+    for _ in range(2):  # a miss that writes the cache, then a hit that imports the exported graph
+        c = nnapi.Compilation(m, devices=["openvino"], cache_dir=str(tmp_path), token=nnapi.model_token(m)).finish()
+        outcomes.append(c.cache_outcomes[0].outcome)
+        with pytest.raises(nnapi.NnError, match="GATHER: input 2"):
+            c.execute([np.array([-1, 0, 0, 0], np.int32)])
+        np.testing.assert_array_equal(c.execute([good])[0], np.arange(30, dtype=np.float32).reshape(10, 3)[good])
+    assert outcomes == ["miss", "hit"]
+
+
 # --- results against the reference driver ---------------------------------------------------
 def test_float_model_matches_reference():
     m = conv_net()

@@ -29,8 +29,8 @@ from ...ops import OpContext, Tensor
 from ...validation import ConstantReader, build_operation_context, infer_model_shapes
 from .unroll import unroll_loops
 from . import rules
-from .lowering import (B8, F16, F32, I32, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value, as_value,
-                       dequantize_input, dequantized_array, fake_quantize)
+from .lowering import (B8, CHECKS, F16, F32, I32, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value,
+                       as_value, dequantize_input, dequantized_array, fake_quantize)
 
 #: Element type of each NNAPI tensor type at the model's boundary.
 IO_TYPES: dict[T, ov.Type] = {
@@ -154,7 +154,13 @@ class Scope:
             operand = sub.operands[i]
             if operand.lifetime != L.NO_VALUE and T(operand.type).is_tensor and (not d or 0 in d):
                 raise Unsupported(f"referenced subgraph {index}: operand {i} has an unknown shape")
-        lowered = lower_graph(model, sub, dims, self.reader, values, inner)
+        checks: list = []  # a body's run-time checks: the IF / WHILE rule carries them out
+        token = CHECKS.set(checks) if not inline else None
+        try:
+            lowered = lower_graph(model, sub, dims, self.reader, values, inner)
+        finally:
+            if token is not None:
+                CHECKS.reset(token)
         outputs = []
         for i in sub.output_indexes:
             if i not in lowered:
@@ -163,7 +169,7 @@ class Scope:
             if t not in REAL_TYPES and t not in (I32, B8):
                 raise Unsupported(f"referenced subgraph {index}: output of type {t.name}")
             outputs.append(lowered[i].node)
-        return Body(params, outputs, inner)
+        return Body(params, outputs, inner, checks)
 
 
 @dataclass
@@ -174,6 +180,15 @@ class Body:
     params: list
     outputs: list[ov.Output]
     scope: Scope
+    #: Its run-time checks (`lowering.runtime_check`), for the IF / WHILE rule to carry out of it.
+    checks: list = field(default_factory=list)
+
+    def any_check(self) -> tuple[ov.Output, str] | None:
+        """The body's checks as one boolean scalar of the body and their messages (None: none)."""
+        if not self.checks:
+            return None
+        flag = functools.reduce(lambda a, b: ops.logical_or(a, b).output(0), [bad for bad, _ in self.checks])
+        return flag, "; ".join(dict.fromkeys(message for _, message in self.checks))
 
 
 def _with_dims(model: Model, index: int, dims: dict[int, tuple[int, ...]]) -> Model:
@@ -316,7 +331,12 @@ def _build(model: Model, dims: list[tuple[int, ...]] | None, name: str) -> Built
         params.append(p)
         values[i] = Value(to_compute(p.output(0), t))
     scope = Scope(model, reader=reader)
-    lower_graph(model, sub, dims, reader, values, scope, unrounded)
+    checks: list = []
+    token = CHECKS.set(checks)
+    try:
+        lower_graph(model, sub, dims, reader, values, scope, unrounded)
+    finally:
+        CHECKS.reset(token)
     results = []
     for k, i in enumerate(sub.output_indexes):
         t = tensor(i)
@@ -335,8 +355,25 @@ def _build(model: Model, dims: list[tuple[int, ...]] | None, name: str) -> Built
         params.append(scope.budget_param)
         flag = scope.any_ran_out()
         results.append(ops.result(flag if flag is not None else ops.constant(np.array(False)), name="ran_out"))
+    for k, (bad, message) in enumerate(checks):  # after the ran-out flag; the message is the tensor's name
+        bad.get_tensor().set_names({CHECK_PREFIX + message})
+        results.append(ops.result(bad, name=f"check_{k}"))
     return BuiltGraph(ov.Model(results, params, name), [reader, model], has_budget)
 
 
-__all__ = ["Body", "BuiltGraph", "IO_TYPES", "Lowered", "Scope", "build", "compute_type", "constant_value",
+#: The name of a run-time check's output tensor: this prefix and the message (see `runtime_check`).
+CHECK_PREFIX = "nnapi-check:"
+
+
+def check_outputs(compiled: ov.CompiledModel, first: int) -> list[tuple[int, str]]:
+    """(output index, message) of the run-time checks among a compiled graph's outputs from `first`."""
+    found = []
+    for k in range(first, len(compiled.outputs)):
+        names = [n for n in compiled.output(k).get_names() if n.startswith(CHECK_PREFIX)]
+        if names:
+            found.append((k, names[0][len(CHECK_PREFIX):]))
+    return found
+
+
+__all__ = ["Body", "BuiltGraph", "CHECK_PREFIX", "IO_TYPES", "check_outputs", "Lowered", "Scope", "build", "compute_type", "constant_value",
            "from_compute", "lower_graph", "lower_operation", "table", "to_compute"]

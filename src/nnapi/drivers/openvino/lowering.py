@@ -262,6 +262,21 @@ def real_range(t: Tensor) -> tuple[np.float32, np.float32]:
     return np.float32(lo - t.zero_point) * scale, np.float32(hi - t.zero_point) * scale
 
 
+#: The run-time checks of the graph (or body) being lowered: (a boolean scalar, true when the
+#: execution must fail, and what to say then). The main graph's list, or a referenced subgraph's
+#: body's, which its IF / WHILE rule carries out as one flag of its own (`graph.Body.any_check`).
+CHECKS: contextvars.ContextVar[list | None] = contextvars.ContextVar("nnapi_openvino_checks", default=None)
+
+
+def runtime_check(bad: ov.Output, message: str) -> None:
+    """Fail the execution with INVALID_ARGUMENT `message` when `bad` (a boolean scalar) is true, as the
+    reference driver fails on the same values (Unsupported where no check can be made)."""
+    checks = CHECKS.get()
+    if checks is None:
+        raise Unsupported("a run-time check where none can be made")
+    checks.append((bad, message))
+
+
 #: "fq": quantized values are put on their grid with FakeQuantize (the low-precision pipeline's int8
 #: kernels); "plain": with Round and Clamp, which no OpenVINO transformation rewrites (the fallback
 #: when a graph with FakeQuantize fails to compile).
@@ -378,5 +393,5 @@ def out_shape(ctx: OpContext, k: int = 0) -> tuple[int, ...]:
 __all__ = ["LOWERINGS", "Lowering", "Unsupported", "Value", "lowers", "as_value", "constant", "f32", "i64",
            "transpose", "reshape", "activation", "broadcast_pair", "fake_quantize", "dequantize_input",
            "dequantized_array", "dequantized_weights", "bias_values", "scalar",
-           "out_shape", "int_range", "real_range", "writable_alias", "ROUNDING", "NCHW", "F32", "F16", "I32", "B8",
+           "out_shape", "int_range", "real_range", "writable_alias", "ROUNDING", "CHECKS", "runtime_check", "NCHW", "F32", "F16", "I32", "B8",
            "Q8A", "Q8AS", "Q8S", "Q8PC", "Q16A", "Q16S", "FLOAT", "QUANT8", "FLOAT_Q8", "TENSOR_TYPES", "REAL_TYPES"]

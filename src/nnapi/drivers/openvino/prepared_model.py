@@ -23,6 +23,7 @@ import openvino as ov
 
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
 from ..base import Binding, DriverPreparedModel
+from .graph import check_outputs
 from .lowering import writable_alias
 
 #: Iterations each loop may run in the first run of a graph with loops, the most it ever gets, and
@@ -83,6 +84,8 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         self._n_in, self._n_out = len(main.input_indexes), len(main.output_indexes)
         #: The graph has loops: its last input is the iteration budget, its last output the ran-out flag.
         self.has_budget = has_budget
+        #: (output index, message) of the graph's run-time checks (after the ran-out flag).
+        self._checks = check_outputs(compiled, self._n_out + int(has_budget))
         self._loop_budget = FIRST_LOOP_BUDGET
         self._idle: list[_Request] = []
         self._lock = threading.Lock()
@@ -156,6 +159,9 @@ class OpenVinoPreparedModel(DriverPreparedModel):
             self._infer_with_budget(r, binding)
         else:
             self._preemptible_infer(r, binding)
+        for k, message in self._checks:
+            if r.get_output_tensor(k).data.any():
+                raise NnError(ErrorStatus.INVALID_ARGUMENT, message)
         results = []
         for k, view in enumerate(views):
             own = req.own_outputs[k]

@@ -14,7 +14,7 @@ import openvino.opset16 as ops
 
 from ....hal import OperandType as T, OperationType as Op
 from ....ops import OpContext
-from ..lowering import B8, Unsupported, i64, lowers, out, scalar
+from ..lowering import B8, CHECKS, Unsupported, Value, i64, lowers, out, runtime_check, scalar
 
 
 def _scalar_bool(x: ov.Output) -> ov.Output:
@@ -46,9 +46,12 @@ def while_loop(ctx: OpContext, xs, scope):
         if not _same(p.output(0), o):
             raise Unsupported("WHILE body changes a value's type or shape")
     inner = body.scope
-    from ..lowering import Value
-    following = inner.lower_subgraph(cond_index, [Value(o) for o in body.outputs]
-                                     + [Value(p.output(0)) for p in body.params[n_state:]], inline=True)
+    token = CHECKS.set(body.checks)  # (the condition after each iteration runs in the body)
+    try:
+        following = inner.lower_subgraph(cond_index, [Value(o) for o in body.outputs]
+                                         + [Value(p.output(0)) for p in body.params[n_state:]], inline=True)
+    finally:
+        CHECKS.reset(token)
     next_go = _scalar_bool(following.outputs[0])
     results = [ops.result(o) for o in body.outputs] + [ops.result(next_go)]
     params = list(body.params)
@@ -59,6 +62,12 @@ def while_loop(ctx: OpContext, xs, scope):
         acc_next = out(ops.logical_or(acc, inner_flag))
         params.append(acc)
         results.append(ops.result(acc_next))
+    check = body.any_check()
+    bad_acc = None
+    if check is not None:  # the body's run-time checks, accumulated over iterations the same way
+        bad_acc = ops.parameter([], ov.Type.boolean)
+        params.append(bad_acc)
+        results.append(ops.result(out(ops.logical_or(bad_acc, check[0]))))
     if inner.budget_param is not None:
         params.append(inner.budget_param)
     loop = ops.loop(scope.budget(), go)
@@ -70,8 +79,12 @@ def while_loop(ctx: OpContext, xs, scope):
         else:
             loop.set_invariant_input(p, a.node)
     if acc is not None:
-        loop.set_merged_input(acc, ops.constant(np.array(False)).output(0), results[-1].input_value(0))
-        scope.ran_out(loop.get_iter_value(results[-1].input_value(0), -1))
+        acc_result = results[-2] if bad_acc is not None else results[-1]
+        loop.set_merged_input(acc, ops.constant(np.array(False)).output(0), acc_result.input_value(0))
+        scope.ran_out(loop.get_iter_value(acc_result.input_value(0), -1))
+    if bad_acc is not None:
+        loop.set_merged_input(bad_acc, ops.constant(np.array(False)).output(0), results[-1].input_value(0))
+        runtime_check(loop.get_iter_value(results[-1].input_value(0), -1), check[1])
     if inner.budget_param is not None:
         loop.set_invariant_input(inner.budget_param, scope.budget())
     last_go = loop.get_iter_value(next_go, -1)
@@ -90,14 +103,18 @@ def if_then_else(ctx: OpContext, xs, scope):
         if not _same(a, b):
             raise Unsupported("IF branches give values of different types or shapes")
     node = ops.if_op(_scalar_bool(xs[0].node))
+    checks = [br.any_check() for br in branches]
+    has_checks = any(c is not None for c in checks)
     has_loops = any(br.scope.flags for br in branches)
     uses_budget = any(br.scope.budget_param is not None for br in branches)
     bodies = []
-    for br in branches:
+    for br, check in zip(branches, checks):
         results = [ops.result(o) for o in br.outputs]
         if has_loops:
             flag = br.scope.any_ran_out()
             results.append(ops.result(flag if flag is not None else ops.constant(np.array(False)).output(0)))
+        if has_checks:  # (the branch taken says whether its checks failed)
+            results.append(ops.result(check[0] if check is not None else ops.constant(np.array(False)).output(0)))
         params = list(br.params) + ([br.scope.budget_param] if br.scope.budget_param is not None else [])
         bodies.append((ov.Model(results, params), results))
     node.set_then_body(bodies[0][0])
@@ -107,6 +124,8 @@ def if_then_else(ctx: OpContext, xs, scope):
     if uses_budget:
         node.set_input(scope.budget(), branches[0].scope.budget_param, branches[1].scope.budget_param)
     outs = [node.set_output(r_then, r_else) for r_then, r_else in zip(bodies[0][1], bodies[1][1])]
+    if has_checks:
+        runtime_check(outs.pop(), "; ".join(dict.fromkeys(c[1] for c in checks if c is not None)))
     if has_loops:
         scope.ran_out(outs.pop())
     return outs

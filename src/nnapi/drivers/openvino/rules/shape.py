@@ -14,7 +14,7 @@ import openvino.opset16 as ops
 from ....hal import OperationType as Op
 from ....ops import OpContext, resolve
 from ..lowering import (B8, FLOAT_Q8, I32, NCHW, QUANT8, Unsupported, Value, constant, f32, i64, lowers, out,
-                        out_shape, reshape)
+                        out_shape, reshape, runtime_check)
 
 _MOVABLE = FLOAT_Q8 + (I32,)
 
@@ -125,7 +125,15 @@ def gather(ctx: OpContext, xs):
             raise Unsupported("GATHER: constant indices out of range")
         idx = constant(np.ascontiguousarray(indices, np.int32))
     else:
+        # OpenVINO gives zeros for an index out of range; NNAPI fails the execution (the reference
+        # driver's ops.gather says which value): a run-time check says so here too.
         idx = xs[2].node
+        n = ctx.inputs[0].dims[axis]
+        bad = ops.logical_or(ops.less(idx, constant(np.array(0, np.int32))),
+                             ops.greater_equal(idx, constant(np.array(n, np.int32))))
+        rank = len(ctx.inputs[2].dims)
+        runtime_check(out(ops.reduce_logical_or(bad, i64(list(range(rank))), False)),
+                      f"GATHER: input 2 (indices) holds a value out of range [0, {n}) for axis {axis}")
     return [reshape(out(ops.gather(xs[0].node, idx, i64(axis))), out_shape(ctx))]
 
 
