@@ -205,3 +205,41 @@ def test_an_index_out_of_range_inside_a_loop_body_fails_the_execution(device):
     assert y.tolist() == [4]
     with pytest.raises(nnapi.NnError, match=r"GATHER: input 2 \(indices\) holds .*out of range \[0, 5\)"):
         c.execute([np.array([0], np.int32), np.array([10], np.int32)])
+
+
+def _gather_if_model() -> nnapi.Model:
+    """y = [10, 11, 12, 13, 14][x] if cond else x + 100."""
+    def branch(gather: bool) -> nnapi.Model:
+        b = nnapi.Model()
+        i, out = b.add_operand(T.TENSOR_INT32, (1,)), b.add_operand(T.TENSOR_INT32, (1,))
+        const = b.add_operand(T.TENSOR_INT32, (5,) if gather else (1,))
+        b.set_operand_value(const, np.arange(10, 15, dtype=np.int32) if gather else np.array([100], np.int32))
+        scalar = b.add_operand(T.INT32)
+        b.set_operand_value(scalar, 0)  # GATHER's axis, ADD's activation
+        if gather:
+            b.add_operation(Op.GATHER, [const, scalar, i], [out])
+        else:
+            b.add_operation(Op.ADD, [i, const, scalar], [out])
+        b.identify_inputs_and_outputs([i], [out])
+        b.finish()
+        return b
+
+    m = nnapi.Model()
+    cond, then_, else_ = m.add_operand(T.TENSOR_BOOL8, (1,)), m.add_operand(T.SUBGRAPH), m.add_operand(T.SUBGRAPH)
+    m.set_operand_value_from_model(then_, branch(True))
+    m.set_operand_value_from_model(else_, branch(False))
+    x, y = m.add_operand(T.TENSOR_INT32, (1,)), m.add_operand(T.TENSOR_INT32, (1,))
+    m.add_operation(Op.IF, [cond, then_, else_, x], [y])
+    m.identify_inputs_and_outputs([cond, x], [y])
+    m.finish()
+    return m
+
+
+@pytest.mark.parametrize("device", ["reference", "openvino"])
+def test_an_index_out_of_range_fails_only_in_the_branch_taken(device):
+    c = _compile(_gather_if_model(), device)
+    run = lambda cond, x: c.execute([np.array([cond]), np.array([x], np.int32)])[0].tolist()  # noqa: E731
+    assert run(True, 2) == [12]
+    assert run(False, 7) == [107]  # the GATHER of the branch not taken would be out of range
+    with pytest.raises(nnapi.NnError, match=r"GATHER: input 2 \(indices\) holds .*out of range \[0, 5\)"):
+        run(True, 7)
