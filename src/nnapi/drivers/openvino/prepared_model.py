@@ -159,9 +159,7 @@ class OpenVinoPreparedModel(DriverPreparedModel):
             self._infer_with_budget(r, binding)
         else:
             self._preemptible_infer(r, binding)
-        for k, message in self._checks:
-            if r.get_output_tensor(k).data.any():
-                raise NnError(ErrorStatus.INVALID_ARGUMENT, message)
+        self._raise_failed_checks(r)
         results = []
         for k, view in enumerate(views):
             own = req.own_outputs[k]
@@ -218,6 +216,12 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         req.arrays[k] = x
         return True
 
+    def _raise_failed_checks(self, r: ov.InferRequest) -> None:
+        """INVALID_ARGUMENT with the message of the first of the graph's run-time checks that failed."""
+        for k, message in self._checks:
+            if r.get_output_tensor(k).data.any():
+                raise NnError(ErrorStatus.INVALID_ARGUMENT, message)
+
     def _infer_with_budget(self, r: ov.InferRequest, binding: Binding) -> None:
         """Run until no loop runs out of its iteration budget (see the module doc)."""
         timeout = binding.loop_timeout_ns
@@ -227,6 +231,7 @@ class OpenVinoPreparedModel(DriverPreparedModel):
             run_start = time.monotonic_ns()
             r.set_input_tensor(self._n_in, ov.Tensor(np.array(budget, np.int64)))
             self._infer(r, binding.deadline)
+            self._raise_failed_checks(r)  # (a failed check ends the execution, however the loops went)
             if not bool(r.get_output_tensor(self._n_out).data):
                 self._loop_budget = budget
                 return
