@@ -69,10 +69,11 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     if x.value.size == 0:
         return [np.zeros(x.dims, out.dtype)]
     f = to_nhwc(x.value.astype(np.float64), nchw)
-    mean = f.mean(axis=(1, 2), keepdims=True)
-    var = ((f - mean) ** 2).mean(axis=(1, 2), keepdims=True)
-    y = (f - mean) * gamma / np.sqrt(var + epsilon) + beta
-    return [from_nhwc(y, nchw).astype(out.dtype)]
+    with np.errstate(all="ignore"):  # infinite inputs or parameters give inf / nan, as in C++
+        mean = f.mean(axis=(1, 2), keepdims=True)
+        var = ((f - mean) ** 2).mean(axis=(1, 2), keepdims=True)
+        y = (f - mean) * gamma / np.sqrt(var + epsilon) + beta
+        return [from_nhwc(y, nchw).astype(out.dtype)]
 
 
 register(Op.INSTANCE_NORMALIZATION, validate=_validate, prepare=_prepare, execute=_execute, params=params)

@@ -89,8 +89,9 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
     lo = np.clip(i - radius, 0, n)
     hi = np.clip(i + radius + 1, 0, n)
     window = np.where(hi > lo, csum[..., hi] - csum[..., lo], 0.0)
-    y = f * np.power(bias + alpha * window, -beta)
-    return [np.moveaxis(y, -1, axis).astype(out.dtype)]
+    with np.errstate(all="ignore"):  # a zero base with a positive beta, or infinite values: inf / nan, as in C++
+        y = f * np.power(bias + alpha * window, -beta)
+        return [np.moveaxis(y, -1, axis).astype(out.dtype)]
 
 
 register(Op.LOCAL_RESPONSE_NORMALIZATION, validate=_validate, prepare=_prepare, execute=_execute,
