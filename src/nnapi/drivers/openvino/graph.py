@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -30,7 +31,7 @@ from ...validation import ConstantReader, build_operation_context, infer_model_s
 from .unroll import unroll_loops
 from . import rules
 from .lowering import (B8, CHECKS, F16, F32, I32, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value,
-                       as_value, dequantize_input, dequantized_array, fake_quantize)
+                       as_value, dequantize_input, dequantized_array, fake_quantize, i64)
 
 #: Element type of each NNAPI tensor type at the model's boundary.
 IO_TYPES: dict[T, ov.Type] = {
@@ -355,24 +356,25 @@ def _build(model: Model, dims: list[tuple[int, ...]] | None, name: str) -> Built
         params.append(scope.budget_param)
         flag = scope.any_ran_out()
         results.append(ops.result(flag if flag is not None else ops.constant(np.array(False)), name="ran_out"))
-    for k, (bad, message) in enumerate(checks):  # after the ran-out flag; the message is the tensor's name
-        bad.get_tensor().set_names({CHECK_PREFIX + message})
-        results.append(ops.result(bad, name=f"check_{k}"))
+    if checks:  # after the ran-out flag: one boolean per check, their messages in the tensor's name
+        flags = ops.concat([ops.unsqueeze(bad, i64([0])) for bad, _ in checks], 0).output(0)
+        flags.get_tensor().set_names({CHECK_PREFIX + json.dumps([message for _, message in checks])})
+        results.append(ops.result(flags, name="checks"))
     return BuiltGraph(ov.Model(results, params, name), [reader, model], has_budget)
 
 
-#: The name of a run-time check's output tensor: this prefix and the message (see `runtime_check`).
-CHECK_PREFIX = "nnapi-check:"
+#: The name of the run-time checks' output tensor: this prefix and the JSON list of their messages.
+CHECK_PREFIX = "nnapi-checks:"
 
 
-def check_outputs(compiled: ov.CompiledModel, first: int) -> list[tuple[int, str]]:
-    """(output index, message) of the run-time checks among a compiled graph's outputs from `first`."""
-    found = []
+def check_outputs(compiled: ov.CompiledModel, first: int) -> tuple[int, list[str]] | None:
+    """(output index, one message per flag) of the run-time checks among a compiled graph's outputs
+    from `first`; None when it has none."""
     for k in range(first, len(compiled.outputs)):
-        names = [n for n in compiled.output(k).get_names() if n.startswith(CHECK_PREFIX)]
-        if names:
-            found.append((k, names[0][len(CHECK_PREFIX):]))
-    return found
+        for n in compiled.output(k).get_names():
+            if n.startswith(CHECK_PREFIX):
+                return k, [str(m) for m in json.loads(n[len(CHECK_PREFIX):])]
+    return None
 
 
 __all__ = ["Body", "BuiltGraph", "CHECK_PREFIX", "IO_TYPES", "check_outputs", "Lowered", "Scope", "build", "compute_type", "constant_value",

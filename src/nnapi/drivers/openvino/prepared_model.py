@@ -84,7 +84,7 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         self._n_in, self._n_out = len(main.input_indexes), len(main.output_indexes)
         #: The graph has loops: its last input is the iteration budget, its last output the ran-out flag.
         self.has_budget = has_budget
-        #: (output index, message) of the graph's run-time checks (after the ran-out flag).
+        #: (output index, one message per flag) of the graph's run-time checks (after the ran-out flag).
         self._checks = check_outputs(compiled, self._n_out + int(has_budget))
         self._loop_budget = FIRST_LOOP_BUDGET
         self._idle: list[_Request] = []
@@ -218,9 +218,11 @@ class OpenVinoPreparedModel(DriverPreparedModel):
 
     def _raise_failed_checks(self, r: ov.InferRequest) -> None:
         """INVALID_ARGUMENT with the message of the first of the graph's run-time checks that failed."""
-        for k, message in self._checks:
-            if r.get_output_tensor(k).data.any():
-                raise NnError(ErrorStatus.INVALID_ARGUMENT, message)
+        if self._checks is not None:
+            k, messages = self._checks
+            failed = r.get_output_tensor(k).data
+            if failed.any():
+                raise NnError(ErrorStatus.INVALID_ARGUMENT, messages[int(np.argmax(failed))])
 
     def _infer_with_budget(self, r: ov.InferRequest, binding: Binding) -> None:
         """Run until no loop runs out of its iteration budget (see the module doc)."""
