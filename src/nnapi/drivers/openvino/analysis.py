@@ -20,7 +20,7 @@ import openvino.opset16 as ops
 from ...hal import Model, OperandLifeTime as L, OperandType as T
 from ...validation import ConstantReader, build_operation_context, infer_model_shapes, optional_input_fed_by_request
 from .graph import Scope, compute_type, constant_value, lower_operation, table
-from .lowering import CHECKS, TENSOR_TYPES, Value
+from .lowering import TENSOR_TYPES, Value, collecting_checks
 
 _SCALARS = (T.INT32, T.FLOAT32, T.FLOAT16, T.BOOL, T.UINT32)
 
@@ -69,13 +69,11 @@ def refusal(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = 
             xs.append(constant_value(t))
         else:
             xs.append(Value(ops.parameter(list(t.dims), compute_type(t.type)).output(0)))
-    token = CHECKS.set([] if top else None)  # (run-time checks only in the main graph)
     try:
-        lower_operation(entry, ctx, xs, Scope(model))
+        with collecting_checks([] if top else None):  # (the checks of a claim are dropped)
+            lower_operation(entry, ctx, xs, Scope(model))
     except Exception as e:
         return f"{type(e).__name__}: {e}"
-    finally:
-        CHECKS.reset(token)
     return None
 
 

@@ -15,6 +15,7 @@ loop timeout (executions are pure functions of their inputs).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -30,8 +31,8 @@ from ...ops import OpContext, Tensor
 from ...validation import ConstantReader, build_operation_context, infer_model_shapes
 from .unroll import unroll_loops
 from . import rules
-from .lowering import (B8, CHECKS, F16, F32, I32, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value,
-                       as_value, dequantize_input, dequantized_array, fake_quantize, i64)
+from .lowering import (B8, F16, F32, I32, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value,
+                       as_value, collecting_checks, dequantize_input, dequantized_array, fake_quantize, i64)
 
 #: Element type of each NNAPI tensor type at the model's boundary.
 IO_TYPES: dict[T, ov.Type] = {
@@ -156,12 +157,8 @@ class Scope:
             if operand.lifetime != L.NO_VALUE and T(operand.type).is_tensor and (not d or 0 in d):
                 raise Unsupported(f"referenced subgraph {index}: operand {i} has an unknown shape")
         checks: list = []  # a body's run-time checks: the IF / WHILE rule carries them out
-        token = CHECKS.set(checks) if not inline else None
-        try:
+        with contextlib.nullcontext() if inline else collecting_checks(checks):
             lowered = lower_graph(model, sub, dims, self.reader, values, inner)
-        finally:
-            if token is not None:
-                CHECKS.reset(token)
         outputs = []
         for i in sub.output_indexes:
             if i not in lowered:
@@ -333,11 +330,8 @@ def _build(model: Model, dims: list[tuple[int, ...]] | None, name: str) -> Built
         values[i] = Value(to_compute(p.output(0), t))
     scope = Scope(model, reader=reader)
     checks: list = []
-    token = CHECKS.set(checks)
-    try:
+    with collecting_checks(checks):
         lower_graph(model, sub, dims, reader, values, scope, unrounded)
-    finally:
-        CHECKS.reset(token)
     results = []
     for k, i in enumerate(sub.output_indexes):
         t = tensor(i)
@@ -377,5 +371,5 @@ def check_outputs(compiled: ov.CompiledModel, first: int) -> tuple[int, list[str
     return None
 
 
-__all__ = ["Body", "BuiltGraph", "CHECK_PREFIX", "IO_TYPES", "check_outputs", "Lowered", "Scope", "build", "compute_type", "constant_value",
-           "from_compute", "lower_graph", "lower_operation", "table", "to_compute"]
+__all__ = ["Body", "BuiltGraph", "CHECK_PREFIX", "IO_TYPES", "check_outputs", "Lowered", "Scope", "build",
+           "compute_type", "constant_value", "from_compute", "lower_graph", "lower_operation", "table", "to_compute"]

@@ -25,10 +25,11 @@ layout their inputs share, and only a rule that needs the logical layout (`Value
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import ctypes
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import openvino as ov
@@ -268,6 +269,16 @@ def real_range(t: Tensor) -> tuple[np.float32, np.float32]:
 CHECKS: contextvars.ContextVar[list | None] = contextvars.ContextVar("nnapi_openvino_checks", default=None)
 
 
+@contextlib.contextmanager
+def collecting_checks(checks: list | None) -> Iterator[None]:
+    """Run-time checks made inside go to `checks` (None: none can be made there)."""
+    token = CHECKS.set(checks)
+    try:
+        yield
+    finally:
+        CHECKS.reset(token)
+
+
 def runtime_check(bad: ov.Output, message: str) -> None:
     """Fail the execution with INVALID_ARGUMENT `message` when `bad` (a boolean scalar) is true, as the
     reference driver fails on the same values (Unsupported where no check can be made)."""
@@ -393,5 +404,6 @@ def out_shape(ctx: OpContext, k: int = 0) -> tuple[int, ...]:
 __all__ = ["LOWERINGS", "Lowering", "Unsupported", "Value", "lowers", "as_value", "constant", "f32", "i64",
            "transpose", "reshape", "activation", "broadcast_pair", "fake_quantize", "dequantize_input",
            "dequantized_array", "dequantized_weights", "bias_values", "scalar",
-           "out_shape", "int_range", "real_range", "writable_alias", "ROUNDING", "CHECKS", "runtime_check", "NCHW", "F32", "F16", "I32", "B8",
+           "out_shape", "int_range", "real_range", "writable_alias", "ROUNDING", "CHECKS", "collecting_checks",
+           "runtime_check", "NCHW", "F32", "F16", "I32", "B8",
            "Q8A", "Q8AS", "Q8S", "Q8PC", "Q16A", "Q16S", "FLOAT", "QUANT8", "FLOAT_Q8", "TENSOR_TYPES", "REAL_TYPES"]

@@ -156,10 +156,10 @@ class OpenVinoPreparedModel(DriverPreparedModel):
                     view = None
             views.append(view)
         if self.has_budget:
-            self._infer_with_budget(r, binding)
+            self._infer_with_budget(r, binding)  # (which reads the checks after each run)
         else:
             self._preemptible_infer(r, binding)
-        self._raise_failed_checks(r)
+            self._raise_failed_checks(r)
         results = []
         for k, view in enumerate(views):
             own = req.own_outputs[k]

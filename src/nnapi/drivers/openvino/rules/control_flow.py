@@ -14,7 +14,7 @@ import openvino.opset16 as ops
 
 from ....hal import OperandType as T, OperationType as Op
 from ....ops import OpContext
-from ..lowering import B8, CHECKS, Unsupported, Value, i64, lowers, out, runtime_check, scalar
+from ..lowering import B8, Unsupported, Value, collecting_checks, i64, lowers, out, runtime_check, scalar
 
 
 def _scalar_bool(x: ov.Output) -> ov.Output:
@@ -46,12 +46,9 @@ def while_loop(ctx: OpContext, xs, scope):
         if not _same(p.output(0), o):
             raise Unsupported("WHILE body changes a value's type or shape")
     inner = body.scope
-    token = CHECKS.set(body.checks)  # (the condition after each iteration runs in the body)
-    try:
+    with collecting_checks(body.checks):  # (the condition after each iteration runs in the body)
         following = inner.lower_subgraph(cond_index, [Value(o) for o in body.outputs]
                                          + [Value(p.output(0)) for p in body.params[n_state:]], inline=True)
-    finally:
-        CHECKS.reset(token)
     next_go = _scalar_bool(following.outputs[0])
     results = [ops.result(o) for o in body.outputs] + [ops.result(next_go)]
     params = list(body.params)
