@@ -8,9 +8,10 @@ Figures:
   (the later ones find the claims analysed, so the median is if anything lower); the optimised
   second-stage compile is timed too;
 - prepare, cached: the same `Compilation` again, a cache hit (deserialise the verified executable;
-  no tracing, no compilation); goal cold / cached >= 20; and the same hit in a new process (as
+  no tracing, no compilation; constants already on the device for another compilation of the same
+  content by this app are reused); goal cold / cached >= 50; and the same hit in a new process (as
   after an app restart; that process's one-time start-up excluded the same way), the median of
-  `--new-process-runs` processes (one process's figure moves by 2x on this machine);
+  `--new-process-runs` processes (one process's figure moves by 2x on this machine), goal >= 30;
 - execute p50 / p90 on xla once the optimised executable is in (after warm-ups), on the reference
   driver, and on LiteRT (`ai-edge-litert`, XNNPACK) with the same thread count as XLA's CPU
   backend uses (every core); goal xla / LiteRT <= 1.0;
@@ -208,9 +209,9 @@ def main() -> None:
                                               f"{_spread(cold_times)})"),
             ("optimised compile (background stage)", f"{optimize_s * 1000:.1f} ms"),
             ("prepare, cached (hit)", f"{prepare_cached_s * 1000:.2f} ms"),
-            ("cold / cached", f"{result['cold_over_cached']:.1f}x (goal >= 20x)"),
+            ("cold / cached", f"{result['cold_over_cached']:.1f}x (goal >= 50x)"),
             ("prepare, cached, in a new process", f"{new_process['prepare_s'] * 1000:.2f} ms "
-                                                  f"({result['cold_over_cached_new_process']:.1f}x, "
+                                                  f"({result['cold_over_cached_new_process']:.1f}x, goal >= 30x, "
                                                   f"{new_process['outcome']}; median of {len(new_processes)}: "
                                                   f"{_spread(new_process['runs_s'])})"),
             ("first execute after the hit", f"{first_execute_ms:.2f} ms"),

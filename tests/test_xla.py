@@ -169,6 +169,51 @@ def test_prepare_from_cache_in_a_fresh_driver_neither_traces_nor_compiles(tmp_pa
     assert prepared.stage == "quick" and prepared.signature.inputs[0].dims == (1, 16, 16, 3)
 
 
+def test_loads_of_one_cache_share_device_constants_within_an_app_never_across_apps(tmp_path, conv, image):
+    """A second hit on the same verified content for the same app reuses the constants already on the
+    device (and the compile that wrote the cache offers its own); another app's load places its own."""
+    from nnapi.hal import ClientId, DataLocation, MeasureTiming, MemoryPool, Request, RequestArgument
+    from nnapi.runtime.cache_files import cache_paths, close_cache_files, open_cache_files
+    token = bytes([5] * 32)
+    paths = cache_paths(str(tmp_path), token, (1, 1))
+    device = XlaDevice()
+
+    def prepare(uid: int, from_cache: bool):
+        handles = open_cache_files(paths, create=not from_cache)
+        try:
+            if from_cache:
+                return device.prepare_model_from_cache(None, handles, token, client=ClientId(uid))
+            return device.prepare_model(conv.to_hal(), cache_handles=handles, token=token, client=ClientId(uid))
+        finally:
+            close_cache_files(handles)
+
+    def run(prepared) -> np.ndarray:
+        out = np.zeros(prepared.static_output_shapes[0], np.float32)
+        request = Request([RequestArgument(False, DataLocation(0, 0, image.nbytes))],
+                          [RequestArgument(False, DataLocation(1, 0, out.nbytes))],
+                          [MemoryPool(pointer=image), MemoryPool(pointer=out)])
+        prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
+        return out
+
+    compiled = prepare(1001, from_cache=False)
+    first, second = prepare(1001, from_cache=True), prepare(1001, from_cache=True)
+    other = prepare(1002, from_cache=True)
+    assert first.constants is compiled.constants and second.constants is compiled.constants
+    assert other.constants is not compiled.constants
+    assert compiled.constants.keys() == other.constants.keys()
+    expected = run(compiled)
+    for prepared in (first, second, other):
+        np.testing.assert_array_equal(run(prepared), expected)
+    import gc
+    import weakref
+    held = weakref.ref(compiled.constants)
+    del compiled, first, second  # shared only while a prepared model holds them: then freed
+    gc.collect()
+    assert held() is None
+    again = prepare(1001, from_cache=True)
+    np.testing.assert_array_equal(run(again), expected)
+
+
 def test_tampered_executable_is_rejected_then_rewritten(tmp_path, conv, image):
     token = bytes(32)
     nnapi.Compilation(conv, devices=["xla"], cache_dir=tmp_path, token=token).finish()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import os
 import struct
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import xxhash
 
@@ -126,8 +126,9 @@ def decode(model_files: Sequence[memoryview], data_files: Sequence[memoryview],
 
 
 def save_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegistry, counts: tuple[int, int],
-                   model_blobs: Sequence[bytes], data_blobs: Sequence[bytes]) -> None:
-    """Hash, record, then write. Raises CacheError/OSError; callers treat any failure as "not cached"."""
+                   model_blobs: Sequence[bytes], data_blobs: Sequence[bytes]) -> bytes:
+    """Hash, record, then write; returns the SHA-256 recorded (what a load of this content is vouched
+    for by). Raises CacheError/OSError; callers treat any failure as "not cached"."""
     check_counts(handles, counts)
     if len(model_blobs) != counts[0] or len(data_blobs) != counts[1] or not model_blobs:
         raise CacheError(ErrorStatus.GENERAL_FAILURE, "artifact count does not match the advertised cache files")
@@ -144,11 +145,21 @@ def save_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
         for fd, content in zip(handles.model_cache[1:], model_files[1:]):
             write_file(fd, content)
         write_file(handles.model_cache[0], model_files[0])
+    return digest
+
+
+class Verified(NamedTuple):
+    """What a load hands back: exactly the bytes that were checked, and the SHA-256 the registry
+    vouched for (it names this content: the model files, whose index holds the data blobs' digests)."""
+
+    model_blobs: list[memoryview]
+    data_blobs: list[memoryview]
+    digest: bytes
 
 
 def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegistry,
-                   counts: tuple[int, int]) -> tuple[list[memoryview], list[memoryview]]:
-    """Read, verify and return (model blobs, data blobs); GENERAL_FAILURE with the reason when unusable."""
+                   counts: tuple[int, int]) -> Verified:
+    """Read, verify and return the blobs; GENERAL_FAILURE with the reason when unusable."""
     check_counts(handles, counts)
     if not isinstance(token, (bytes, bytearray)) or len(token) != 32:
         raise CacheError(ErrorStatus.INVALID_ARGUMENT, "cache token must be 32 bytes")
@@ -169,4 +180,4 @@ def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
     if digest not in expected:
         raise _fail("model cache failed its integrity check (changed since this driver wrote it)")
     registry.touch(token, digest)
-    return decode(model_files, data_files, entries)
+    return Verified(*decode(model_files, data_files, entries), digest)

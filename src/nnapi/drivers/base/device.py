@@ -50,12 +50,18 @@ class CompileJob:
     cache), preference, priority and deadline, a checkpoint, and the cache writer for later saves."""
 
     def __init__(self, model: Model | None, preference: ExecutionPreference, priority: Priority,
-                 deadline: int | None, writer: Callable[[], "CacheWriter | None"] | None = None) -> None:
+                 deadline: int | None, writer: Callable[[], "CacheWriter | None"] | None = None, *,
+                 uid: int = 0) -> None:
         self.model = model
         self.preference = preference
         self.priority = priority
         self.deadline = deadline
         self._writer = writer
+        #: The app the preparation is for (what a driver shares between preparations stays within it).
+        self.uid = uid
+        #: When loading from the app's cache: the SHA-256 the integrity registry vouched for, which
+        #: names the cached content (a driver may reuse what it decoded from the same content before).
+        self.verified: bytes | None = None
         self.deferred = False
         self._aborted = threading.Event()
 
@@ -188,6 +194,10 @@ class DriverDevice(IDevice):
     def save(self, prepared: DriverPreparedModel) -> tuple[list[bytes], list[bytes]]:
         """The model-cache and data-cache blobs of a prepared model (CACHE_FILES of each)."""
         raise NotImplementedError
+
+    def saved(self, prepared: DriverPreparedModel, digest: bytes, uid: int) -> None:
+        """`prepared` was written to app `uid`'s cache as the content the registry knows by `digest`:
+        a driver may share what `prepared` holds with later loads of it (`CompileJob.verified`)."""
 
     def load(self, model_blobs: list[memoryview], data_blobs: list[memoryview], job: CompileJob
              ) -> DriverPreparedModel:
@@ -331,7 +341,7 @@ class DriverDevice(IDevice):
         try:
             token = bytes(token) if has_cache else None
             job = CompileJob(model, preference, priority, normalize_deadline(deadline),
-                             self._cache_writer(saved, token) if has_cache else None)
+                             self._cache_writer(saved, token, uid) if has_cache else None, uid=uid)
             ticket = self.scheduler.submit(client=uid, priority=priority, deadline=job.deadline,
                                            lower_ns=self.estimate_compile_ns(model), label=f"{self.NAME} preparation")
             prepared = self._on_ticket(ticket, job, lambda: self._compile(job, saved, token))
@@ -348,7 +358,7 @@ class DriverDevice(IDevice):
         uid = client_uid(client)
         # The priority comes with the cache (Q2): the preparation itself queues at the default.
         job = CompileJob(None, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, normalize_deadline(deadline),
-                         self._cache_writer(cache_handles, bytes(token)))
+                         self._cache_writer(cache_handles, bytes(token), uid), uid=uid)
         ticket = self.scheduler.submit(client=uid, priority=Priority.MEDIUM, deadline=job.deadline,
                                        label=f"{self.NAME} preparation from cache")
         prepared = self._on_ticket(ticket, job, lambda: self._load_cache(job, cache_handles, token))
@@ -362,11 +372,11 @@ class DriverDevice(IDevice):
         return self.domain.allocate(desc, prepared_models, input_roles, output_roles)
 
     # --- preparation machinery ------------------------------------------------------------------------
-    def _cache_writer(self, handles: CacheHandles, token: bytes) -> Callable[[], CacheWriter]:
+    def _cache_writer(self, handles: CacheHandles, token: bytes, uid: int) -> Callable[[], CacheWriter]:
         """What `CompileJob.keep_cache` calls: duplicates the (still open) handles into a writer."""
         def make() -> CacheWriter:
             dups = _dup(handles)
-            return CacheWriter(lambda prepared: self._save(dups, token, prepared), dups)
+            return CacheWriter(lambda prepared: self._save(dups, token, prepared, uid), dups)
         return make
 
     def _check_memory(self, model: Model) -> None:
@@ -423,7 +433,7 @@ class DriverDevice(IDevice):
         if job.aborted:
             return prepared
         if handles is not None and not job.deferred:
-            self._save(handles, token, prepared)
+            self._save(handles, token, prepared, job.uid)
         elif engine_key is not None and not job.deferred:
             self._engine_put(engine_key, prepared)
         return prepared
@@ -440,20 +450,22 @@ class DriverDevice(IDevice):
                 log.warning("%s: state directory unusable (%s): compilation caching is off", self.NAME, e)
             return False
 
-    def _save(self, handles: CacheHandles, token: bytes, prepared: DriverPreparedModel) -> None:
+    def _save(self, handles: CacheHandles, token: bytes, prepared: DriverPreparedModel, uid: int) -> None:
         """Write the cache (record and files under one exclusive lock); failing only means no cache."""
         if not self._state_usable():
             return
         try:
-            save_artifacts(handles, token, self.registry, self.CACHE_FILES, *self.save(prepared))
+            digest = save_artifacts(handles, token, self.registry, self.CACHE_FILES, *self.save(prepared))
         except Exception as e:  # e.g. unwritable files, an unusable state directory, an unserializable program
             log.info("%s: compilation not cached: %s: %s", self.NAME, type(e).__name__, e)
+            return
+        self.saved(prepared, digest, uid)
 
     def _load_cache(self, job: CompileJob, handles: CacheHandles, token: bytes) -> DriverPreparedModel:
         if not self._state_usable():
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"{self.NAME}: caching is off (no usable state directory)")
         try:
-            model_blobs, data_blobs = load_artifacts(handles, token, self.registry, self.CACHE_FILES)
+            model_blobs, data_blobs, job.verified = load_artifacts(handles, token, self.registry, self.CACHE_FILES)
         except NnError:
             raise
         except (sqlite3.Error, OSError) as e:

@@ -8,6 +8,10 @@ it against the integrity registry, from the very bytes that were checked.
 
 Data cache (one file): every CONSTANT_REFERENCE value, 64-byte aligned, in the order and layout
 the executable takes them as arguments; the loaded program reads it in place.
+
+Within a process, the preparations of one app that load the same verified content (the SHA-256 the
+registry vouched for) share its decoded structure and device constants, as they share executables
+(`program.LOADED`): a second hit costs reading and verifying, not placing 14 MB of weights again.
 """
 from __future__ import annotations
 
@@ -34,9 +38,10 @@ def to_artifacts(model: Model, data: bytes, sig: prog.Signature, segments, stage
     return prog.pack_model_cache(meta, structure, payloads), bytes(data)
 
 
-def from_artifacts(model_blob: memoryview, data_blob: memoryview):
+def from_artifacts(model_blob: memoryview, data_blob: memoryview, shared_as: tuple[int, bytes] | None = None):
     """(model, signature, segments, stage, preference, priority, device constants) from verified
-    artifacts; no tracing, no compilation.
+    artifacts; no tracing, no compilation. `shared_as` (app uid, verified digest) names the content:
+    what an earlier load of it decoded for the same app is reused while alive.
 
     XLA loads (links) executables with the GIL released, so they load on worker threads while
     this thread decodes the structure and places the constants on the device.
@@ -60,12 +65,16 @@ def from_artifacts(model_blob: memoryview, data_blob: memoryview):
                                                    f"{len(seg_sigs)} sub-models")
     with ThreadPoolExecutor(min(len(payloads), os.cpu_count() or 1)) as pool:
         loading = [pool.submit(prog.deserialize, p, s.n_args, s.n_results) for s, p in zip(seg_sigs, payloads)]
-        try:
-            model = model_from_bytes(bytes(structure))
-        except (NnError, ValueError, KeyError, TypeError) as e:
-            raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla model cache cannot be decoded: {e}") from None
-        model = dataclasses.replace(model, pools=[MemoryPool(pointer=data_blob)] if len(data_blob) else [])
-        constants = prog.device_constants(data_blob, seg_sigs)
+        constants = prog.shared_constants(shared_as) if shared_as is not None else None
+        if constants is None:
+            try:
+                model = model_from_bytes(bytes(structure))
+            except (NnError, ValueError, KeyError, TypeError) as e:
+                raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla model cache cannot be decoded: {e}") from None
+            constants = prog.device_constants(data_blob, seg_sigs, model)
+            if shared_as is not None:
+                constants = prog.share_constants(shared_as, constants)
+        model = dataclasses.replace(constants.structure, pools=[MemoryPool(pointer=data_blob)] if len(data_blob) else [])
         try:
             segments = [(s, f.result()) for s, f in zip(seg_sigs, loading)]
         except Exception as e:

@@ -141,13 +141,18 @@ class XlaDevice(DriverDevice):
                                                    prepared.stage, prepared.preference, prepared.priority)
         return [model_blob], [data_blob]
 
+    def saved(self, prepared, digest: bytes, uid: int) -> None:
+        """A later hit on this content for the same app reuses the constants already on the device."""
+        from . import program
+        program.share_constants((uid, digest), prepared.constants)
+
     def load(self, model_blobs, data_blobs, job: CompileJob):
         """A prepared model from verified artifacts; a quick-stage model rewrites them after the
         optimised compile (through `job.keep_cache()`)."""
         from . import cache
         from .prepared_model import XlaPreparedModel
-        model, sig, segments, stage, preference, priority, constants = cache.from_artifacts(model_blobs[0],
-                                                                                           data_blobs[0])
+        model, sig, segments, stage, preference, priority, constants = cache.from_artifacts(
+            model_blobs[0], data_blobs[0], (job.uid, job.verified) if job.verified is not None else None)
         return XlaPreparedModel(model, sig, segments, stage, preference, priority,
                                 optimize_after=self.optimize_after,
                                 on_optimized=job.keep_cache() if stage == "quick" else None, constants=constants)

@@ -55,7 +55,7 @@ class XlaPreparedModel(DriverPreparedModel):
     def __init__(self, model: Model, sig: prog.Signature, segments: list, stage: str,
                  preference: ExecutionPreference, priority: Priority, *, optimize_after: int | None,
                  on_optimized: Callable[["XlaPreparedModel"], None] | None = None,
-                 constants: dict | None = None) -> None:
+                 constants: prog.Constants | None = None) -> None:
         super().__init__(model, preference, priority)
         self.signature = sig
         self._input_shapes = [s.shape() for s in sig.inputs]
@@ -73,8 +73,13 @@ class XlaPreparedModel(DriverPreparedModel):
         self.optimize_error: str | None = None
         if constants is None:
             constants = prog.device_constants(model.pools[0].pointer if model.pools else None,
-                                              [seg for seg, _ in self._segments])
+                                              [seg for seg, _ in self._segments], model)
         self._constants = constants
+
+    @property
+    def constants(self) -> prog.Constants:
+        """The constant arguments on the device (shared with other preparations of the same content)."""
+        return self._constants
 
     # --- multi-stage compilation ----------------------------------------------------------------------
     def _count_run(self) -> None:

@@ -16,6 +16,7 @@ import os
 import struct
 import threading
 import time
+import weakref
 from typing import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -214,14 +215,40 @@ _BAKED = (OperandLifeTime.CONSTANT_COPY, OperandLifeTime.CONSTANT_REFERENCE, Ope
           OperandLifeTime.SUBGRAPH)
 
 
-def device_constants(data, sigs: list[Signature]) -> dict:
-    """Operand index -> device array of every constant argument of the sub-models `sigs`, read in
-    place from the data blob (one batched transfer; on the CPU backend an aligned blob is aliased,
-    not copied)."""
+class Constants(dict):
+    """Operand index -> device array of a prepared model's constant arguments, and `structure`: the
+    model they belong to, without its pools (what a cache's structure decodes to)."""
+
+    structure: Model
+
+
+def device_constants(data, sigs: list[Signature], model: Model) -> Constants:
+    """The constant arguments of the sub-models `sigs` of `model`, read in place from the data blob
+    (one batched transfer; on the CPU backend an aligned blob is aliased, not copied)."""
     view = memoryview(data if data is not None else b"")
     specs = {c.index: c for sig in sigs for c in sig.constants}
     host = [np.frombuffer(view, c.dtype, int(np.prod(c.dims)), c.offset).reshape(c.shape()) for c in specs.values()]
-    return dict(zip(specs, jax.device_put(host)))
+    constants = Constants(zip(specs, jax.device_put(host)))
+    constants.structure = dataclasses.replace(model, pools=[]) if model.pools else model
+    return constants
+
+
+#: Constants of this process's prepared models by (app uid, SHA-256 of the verified cache content they
+#: were saved as or loaded from), for as long as a prepared model holds them: a later hit on that
+#: content for the same app reuses them (and the decoded structure) instead of placing them again.
+_SHARED: "weakref.WeakValueDictionary[tuple[int, bytes], Constants]" = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+
+
+def share_constants(key: tuple[int, bytes], constants: Constants) -> Constants:
+    """Offer `constants` under `key`; returns the ones to use (those already shared under it, if any)."""
+    with _SHARED_LOCK:
+        return _SHARED.setdefault(key, constants)
+
+
+def shared_constants(key: tuple[int, bytes]) -> Constants | None:
+    with _SHARED_LOCK:
+        return _SHARED.get(key)
 
 
 def make_function(model: Model, ops: list[LoweredOp], sig: Signature):
