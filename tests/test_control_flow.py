@@ -196,10 +196,11 @@ def _gather_loop_model() -> nnapi.Model:
     return m
 
 
-@pytest.mark.parametrize("device", ["reference", "openvino"])
+@pytest.mark.parametrize("device", ["reference", "openvino", "xla"])
 def test_an_index_out_of_range_inside_a_loop_body_fails_the_execution(device):
     """The GATHER inside the WHILE body checks its index at every iteration (openvino carries the
-    body's check out of its Loop node): in range the loop ends normally, out of range it fails."""
+    body's check out of its Loop node, xla out of its while loop, which it ends): in range the loop
+    ends normally, out of range it fails (clamped, the index would cycle until the loop timeout)."""
     c = _compile(_gather_loop_model(), device)
     (y,) = c.execute([np.array([0], np.int32), np.array([4], np.int32)])
     assert y.tolist() == [4]
@@ -235,7 +236,7 @@ def _gather_if_model() -> nnapi.Model:
     return m
 
 
-@pytest.mark.parametrize("device", ["reference", "openvino"])
+@pytest.mark.parametrize("device", ["reference", "openvino", "xla"])
 def test_an_index_out_of_range_fails_only_in_the_branch_taken(device):
     c = _compile(_gather_if_model(), device)
     run = lambda cond, x: c.execute([np.array([cond]), np.array([x], np.int32)])[0].tolist()  # noqa: E731

@@ -214,6 +214,37 @@ def test_loads_of_one_cache_share_device_constants_within_an_app_never_across_ap
     np.testing.assert_array_equal(run(again), expected)
 
 
+def test_gather_fails_on_an_index_out_of_range_as_the_reference_driver_does(tmp_path):
+    """XLA clamps an index out of range (10 reads row 9, -1 row 0); NNAPI fails the execution. The
+    program checks its indices as it runs, also once loaded from the cache (the check's message is
+    in the cached signature), and fails with the reference driver's status."""
+    m = nnapi.Model()
+    table = m.add_operand(T.TENSOR_FLOAT32, (10, 3))
+    m.set_operand_value(table, np.arange(30, dtype=np.float32).reshape(10, 3))
+    axis = m.add_operand(T.INT32)
+    m.set_operand_value(axis, 0)
+    idx, y = m.add_operand(T.TENSOR_INT32, (4,)), m.add_operand(T.TENSOR_FLOAT32, (4, 3))
+    m.add_operation(Op.GATHER, [table, axis, idx], [y])
+    m.identify_inputs_and_outputs([idx], [y])
+    m.finish()
+    good = np.array([0, 9, 3, 3], np.int32)
+    want = np.arange(30, dtype=np.float32).reshape(10, 3)[good]
+    with pytest.raises(nnapi.NnError) as expected:
+        nnapi.Compilation(m, devices=["reference"]).finish().execute([np.array([0, 10, 3, 3], np.int32)])
+    outcomes = []
+    for _ in range(2):  # a miss that writes the cache, then a hit that loads the executable
+        c = nnapi.Compilation(m, devices=["xla"], cache_dir=str(tmp_path), token=bytes([9] * 32)).finish()
+        outcomes.append(c.cache_outcomes[0].outcome)
+        np.testing.assert_array_equal(c.execute([good])[0], want)
+        for bad in ([0, 10, 3, 3], [-1, 0, 0, 0]):
+            with pytest.raises(nnapi.NnError, match=r"GATHER: input 2 \(indices\) holds a value out of range "
+                                                     r"\[0, 10\) for axis 0") as e:
+                c.execute([np.array(bad, np.int32)])
+            assert e.value.code == expected.value.code
+        np.testing.assert_array_equal(c.execute([good])[0], want)  # the prepared model keeps serving
+    assert outcomes == ["miss", "hit"]
+
+
 def test_tampered_executable_is_rejected_then_rewritten(tmp_path, conv, image):
     token = bytes(32)
     nnapi.Compilation(conv, devices=["xla"], cache_dir=tmp_path, token=token).finish()

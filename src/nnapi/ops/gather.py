@@ -26,6 +26,14 @@ class GatherParams:
 
     axis: int
     out_dims: tuple[int, ...]
+    #: input.dims[axis]: indices must lie in [0, size).
+    size: int = 0
+
+    @property
+    def range_error(self) -> str:
+        """What a compiled driver's run-time check of the indices says when one is out of range (the
+        reference kernel names the value itself)."""
+        return f"GATHER: input 2 (indices) holds a value out of range [0, {self.size}) for axis {self.axis}"
 
 
 def _validate(ctx: OpContext) -> None:
@@ -59,7 +67,7 @@ def _shape(ctx: OpContext) -> GatherParams:
     if not dims:
         raise ctx.fail("input 0 must have rank >= 1")
     axis = scalar_axis(ctx, 1, len(dims))
-    return GatherParams(axis, tuple(dims[:axis]) + tuple(ctx.inputs[2].dims) + tuple(dims[axis + 1:]))
+    return GatherParams(axis, tuple(dims[:axis]) + tuple(ctx.inputs[2].dims) + tuple(dims[axis + 1:]), dims[axis])
 
 
 @resolver

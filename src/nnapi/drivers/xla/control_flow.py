@@ -28,28 +28,53 @@ Spec = tuple[T, tuple[int, ...]]
 
 
 class LoopBudget:
-    """The iteration budget of one program run, and the flags of loops that ran out of it.
+    """The iteration budget of one program run, the flags of loops that ran out of it, and the
+    program's run-time checks (`lowering.runtime_check`).
 
-    Flags are collected per tracing scope (a subgraph run inside a loop body or a branch) and
-    returned from that scope as a value, so no traced value leaks out of the scope it was made in.
+    Flags and checks are collected per tracing scope (a subgraph run inside a loop body or a
+    branch) and returned from that scope as values, so no traced value leaks out of the scope it
+    was made in; the operation that owns the scope checks what came out of it (`claim_inner`)
+    under the messages of the checks inside. A failed check ends a loop at once.
     """
 
     def __init__(self, budget) -> None:
         self.budget = budget
         self._scopes: list[list] = [[]]
+        self._checks: list[list[tuple[object, str]]] = [[]]
+        self._inner: list[list[str]] = [[]]  # messages of the scopes just left, for their owner
 
     def ran_out(self, flag) -> None:
         self._scopes[-1].append(flag)
 
+    def check(self, failed, message: str) -> None:
+        self._checks[-1].append((failed, message))
+
     def enter(self) -> None:
         self._scopes.append([])
+        self._checks.append([])
+        self._inner.append([])
 
-    def leave(self):
-        return _any(self._scopes.pop())
+    def leave(self) -> tuple[object, object]:
+        """(a loop ran out, a check failed) of the scope being left."""
+        checks = self._checks.pop()
+        self._inner.pop()
+        self._inner[-1].extend(m for _, m in checks)
+        return _any(self._scopes.pop()), _any([f for f, _ in checks])
+
+    def claim_inner(self, failed) -> None:
+        """Check `failed`, what the scopes the current operation ran gave, under their messages."""
+        messages = list(dict.fromkeys(self._inner[-1]))  # (a scope traced twice names its checks once)
+        self._inner[-1].clear()
+        if messages:
+            self.check(failed, " or ".join(messages))
 
     def finish(self):
-        """The flag of the whole program (its outermost scope)."""
+        """The ran-out flag of the whole program (its outermost scope)."""
         return _any(self._scopes[0])
+
+    def finish_checks(self) -> tuple[list, list[str]]:
+        """The program's checks: their failed flags and messages."""
+        return [f for f, _ in self._checks[0]], [m for _, m in self._checks[0]]
 
 
 def _any(flags: list):
@@ -67,8 +92,9 @@ class LoweredGraph:
     dtypes: dict[int, np.dtype]
     constants: dict[int, np.ndarray]
 
-    def run(self, args, env: LoopBudget) -> tuple[list, object]:
-        """(the outputs, whether a loop inside ran out of budget) for the given input values."""
+    def run(self, args, env: LoopBudget) -> tuple[list, tuple[object, object]]:
+        """(the outputs, (whether a loop inside ran out of budget, whether a check inside failed))
+        for the given input values."""
         env.enter()
         values = {i: jnp.asarray(a).astype(self.dtypes[i]) for i, a in zip(self.inputs, args)}
         for lop in self.ops:

@@ -15,8 +15,10 @@ IF and WHILE (`rules/control_flow`) register here too; what the driver claims is
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import jax.numpy as jnp
 from jax import lax
@@ -106,6 +108,29 @@ class LoweredOp:
     graphs: tuple = ()
 
 
+#: The program being traced (its `control_flow.LoopBudget`), which collects run-time checks.
+_PROGRAM: contextvars.ContextVar[Any] = contextvars.ContextVar("nnapi_xla_program", default=None)
+
+
+@contextlib.contextmanager
+def tracing_program(env: Any) -> Iterator[None]:
+    """While a program is traced: `runtime_check` records its checks in `env`."""
+    token = _PROGRAM.set(env)
+    try:
+        yield
+    finally:
+        _PROGRAM.reset(token)
+
+
+def runtime_check(failed: Any, message: str) -> None:
+    """A condition the compiled program checks as it runs: when the traced boolean `failed` holds,
+    the execution fails with INVALID_ARGUMENT and `message`, as the reference driver's kernel fails
+    it (XLA itself would clamp, e.g. an index out of range)."""
+    env = _PROGRAM.get()
+    if env is not None:
+        env.check(jnp.any(failed), message)
+
+
 def run_op(lop: LoweredOp, values: dict, consts: dict, env=None) -> list:
     """Lower one operation: constants come from `consts` (executable arguments) or the context;
     `env` is the program's `control_flow.LoopBudget` (control-flow entries only)."""
@@ -131,5 +156,6 @@ def run_op(lop: LoweredOp, values: dict, consts: dict, env=None) -> list:
     return [jnp.asarray(o) for o in outs]
 
 
-__all__ = ["LOWERINGS", "Lowering", "LoweredOp", "lowers", "run_op", "f32", "activation", "out_dims",
-           "to_nhwc", "from_nhwc", "time_major", "FLOAT", "F32", "F16", "I32", "B8", "TENSOR_TYPES", "HIGHEST"]
+__all__ = ["LOWERINGS", "Lowering", "LoweredOp", "lowers", "run_op", "runtime_check", "tracing_program",
+           "f32", "activation", "out_dims", "to_nhwc", "from_nhwc", "time_major", "FLOAT", "F32", "F16",
+           "I32", "B8", "TENSOR_TYPES", "HIGHEST"]

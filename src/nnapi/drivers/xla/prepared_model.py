@@ -173,12 +173,15 @@ class XlaPreparedModel(DriverPreparedModel):
                 with binding.native(WORKER_THREADS):  # (LOW work: in the OS's background)
                     if trace.active():
                         with trace.span(f"sub-model {j}", "operation", device="xla"):
-                            outs = self._run_with_budget(j, exe, seg_args, binding) if seg.loops else exe(*seg_args)
+                            outs = (self._run_with_budget(j, seg, exe, seg_args, binding) if seg.loops
+                                    else exe(*seg_args))
                             jax.block_until_ready(outs)
                     elif seg.loops:
-                        outs = self._run_with_budget(j, exe, seg_args, binding)
+                        outs = self._run_with_budget(j, seg, exe, seg_args, binding)
                     else:
                         outs = exe(*seg_args)
+                if seg.checks and not seg.loops:
+                    outs = _checked(seg, outs)
             except NnError:
                 raise
             except Exception as e:  # never crash the caller on a runtime failure of XLA
@@ -188,7 +191,7 @@ class XlaPreparedModel(DriverPreparedModel):
         self._count_run()
         return [values[s.index] for s in sig.outputs]
 
-    def _run_with_budget(self, j: int, exe, args: list, binding: Binding) -> list:
+    def _run_with_budget(self, j: int, seg: prog.Signature, exe, args: list, binding: Binding) -> list:
         """Run sub-model `j`, whose program has WHILE loops, until no loop runs out of its
         iteration budget; MISSED_DEADLINE_TRANSIENT once the loop timeout has passed."""
         timeout = binding.loop_timeout_ns
@@ -196,7 +199,10 @@ class XlaPreparedModel(DriverPreparedModel):
         start = time.monotonic_ns()
         while True:
             run_start = time.monotonic_ns()
-            *outs, ran_out = exe(*args, np.int32(budget))
+            outs = exe(*args, np.int32(budget))
+            if seg.checks:  # a failed check ends the execution, whatever the loops did
+                outs = _checked(seg, outs)
+            *outs, ran_out = outs
             if not bool(ran_out):
                 self._loop_budgets[j] = budget
                 return outs
@@ -210,3 +216,12 @@ class XlaPreparedModel(DriverPreparedModel):
             remaining, last = timeout - (now - start), max(now - run_start, 1)
             factor = min(LOOP_BUDGET_GROWTH, 1.0 + remaining / last)
             budget = min(MAX_LOOP_BUDGET, max(budget + 1, int(budget * factor)))
+
+
+def _checked(seg: prog.Signature, outs) -> list:
+    """The results without the checks' flags; INVALID_ARGUMENT with the message of a failed check."""
+    *outs, flags = outs
+    message = seg.failed_check(flags)
+    if message is not None:
+        raise NnError(ErrorStatus.INVALID_ARGUMENT, message)
+    return outs

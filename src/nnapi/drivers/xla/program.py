@@ -19,11 +19,12 @@ import time
 import weakref
 from typing import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 import jax
+import jax.numpy as jnp
 from jax.experimental import serialize_executable
 
 from ...hal import (ErrorStatus, MemoryPool, Model, NnError, OperandLifeTime, OperandType)
@@ -34,7 +35,7 @@ from ...qos.estimate import operation_work
 from ..base import Lru, env_flag
 from .analysis import analyze, with_dims
 from .control_flow import LoopBudget, has_loops
-from .lowering import LoweredOp, run_op
+from .lowering import LoweredOp, run_op, tracing_program
 
 #: Executions run on the calling thread (JAX's CPU asynchronous dispatch off). With it on, XLA's client
 #: runs executions on a pool of one thread per CPU: while lower-priority work fills it, higher-priority
@@ -101,6 +102,9 @@ class Signature:
     outputs: list[TensorSpec]
     constants: list[TensorSpec]
     loops: bool = False
+    #: The messages of the program's run-time checks (`lowering.runtime_check`), known once it is
+    #: traced: it returns, last, one boolean per check (True: the execution fails with that message).
+    checks: list[str] = field(default_factory=list)
 
     @property
     def n_args(self) -> int:
@@ -108,17 +112,26 @@ class Signature:
 
     @property
     def n_results(self) -> int:
-        return len(self.outputs) + int(self.loops)
+        return len(self.outputs) + int(self.loops) + int(bool(self.checks))
 
     def to_json(self) -> dict:
         d: dict = {k: [s.to_json() for s in getattr(self, k)] for k in ("inputs", "outputs", "constants")}
         d["loops"] = self.loops
+        d["checks"] = list(self.checks)
         return d
 
     @classmethod
     def from_json(cls, d: dict) -> "Signature":
+        checks = d.get("checks", [])
+        if not isinstance(checks, list) or not all(isinstance(m, str) for m in checks):
+            raise ValueError("checks must be a list of messages")
         return cls(*([TensorSpec.from_json(v) for v in d[k]] for k in ("inputs", "outputs", "constants")),
-                   loops=bool(d.get("loops", False)))
+                   loops=bool(d.get("loops", False)), checks=list(checks))
+
+    def failed_check(self, flags) -> str | None:
+        """The message of the first check `flags` (the program's last result) says failed, or None."""
+        failed = np.asarray(flags).reshape(-1)
+        return self.checks[int(np.argmax(failed))] if failed.any() else None
 
 
 def relocate(model: Model) -> tuple[Model, memoryview]:
@@ -252,7 +265,8 @@ def shared_constants(key: tuple[int, bytes]) -> Constants | None:
 
 
 def make_function(model: Model, ops: list[LoweredOp], sig: Signature):
-    """The Python function XLA traces: (inputs..., constants...[, budget]) -> (outputs...[, ran_out])."""
+    """The Python function XLA traces: (inputs..., constants...[, budget]) -> (outputs...[, ran_out]
+    [, checks]); tracing it sets `sig.checks`."""
     n_in, n_const = len(sig.inputs), len(sig.constants)
     outputs = [s.index for s in sig.outputs]
     out_dtypes = {s.index: s.dtype for s in sig.outputs}
@@ -263,11 +277,15 @@ def make_function(model: Model, ops: list[LoweredOp], sig: Signature):
         values = {s.index: a for s, a in zip(sig.inputs, args[:n_in])}
         consts = {s.index: a for s, a in zip(sig.constants, args[n_in:n_in + n_const])}
         env = LoopBudget(args[n_in + n_const] if sig.loops else None)
-        for lop in ops:
-            for i, out in zip(lop.outputs, run_op(lop, values, consts, env)):
-                values[i] = out.astype(operand_dtypes[i])
+        with tracing_program(env):
+            for lop in ops:
+                for i, out in zip(lop.outputs, run_op(lop, values, consts, env)):
+                    values[i] = out.astype(operand_dtypes[i])
         results = tuple(values[i].astype(out_dtypes[i]) for i in outputs)
-        return results + (env.finish(),) if sig.loops else results
+        if sig.loops:
+            results += (env.finish(),)
+        flags, sig.checks = env.finish_checks()
+        return results + (jnp.stack(flags),) if flags else results
 
     return program
 

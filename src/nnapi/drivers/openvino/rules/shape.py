@@ -118,7 +118,8 @@ def split(ctx: OpContext, xs):
 
 @lowers(Op.GATHER, types=_MOVABLE, keeps_grid=True)
 def gather(ctx: OpContext, xs):
-    axis = resolve(ctx).axis
+    p = resolve(ctx)
+    axis = p.axis
     indices = ctx.inputs[2].value
     if indices is not None:
         if (indices < 0).any() or (indices >= ctx.inputs[0].dims[axis]).any():
@@ -132,8 +133,7 @@ def gather(ctx: OpContext, xs):
         bad = ops.logical_or(ops.less(idx, constant(np.array(0, np.int32))),
                              ops.greater_equal(idx, constant(np.array(n, np.int32))))
         rank = len(ctx.inputs[2].dims)
-        runtime_check(out(ops.reduce_logical_or(bad, i64(list(range(rank))), False)),
-                      f"GATHER: input 2 (indices) holds a value out of range [0, {n}) for axis {axis}")
+        runtime_check(out(ops.reduce_logical_or(bad, i64(list(range(rank))), False)), p.range_error)
     return [reshape(out(ops.gather(xs[0].node, idx, i64(axis))), out_shape(ctx))]
 
 

@@ -1,6 +1,7 @@
 """IF and WHILE rules: the referenced subgraphs are lowered at analysis (`control`, called with the
 analysis's own `lower` callback) and become `lax.cond` branches and `lax.while_loop` bodies; loops
-run under the program's iteration budget (`control_flow.LoopBudget`)."""
+run under the program's iteration budget (`control_flow.LoopBudget`), and the run-time checks of
+a body or branch come out of it as a value."""
 from __future__ import annotations
 
 import math
@@ -52,24 +53,25 @@ def _while(ctx, xs, lop: LoweredOp, env: LoopBudget):
     state0 = tuple(jnp.asarray(x) for x in xs[2:])
 
     def keep_going(values):
-        (flag,), ran_out = cond.run(values, env)
-        return jnp.reshape(flag, (-1,))[0], ran_out
+        (flag,), (ran_out, failed) = cond.run(values, env)
+        return jnp.reshape(flag, (-1,))[0], ran_out, failed
 
     def loop_cond(carry):
-        iteration, going, _, _ = carry
-        return going & (iteration < env.budget)
+        iteration, going, _, failed, _ = carry
+        return going & (iteration < env.budget) & ~failed  # a failed check ends the loop at once
 
     def loop_body(carry):
-        iteration, _, ran_out, values = carry
-        outs, inner = body.run(values, env)
+        iteration, _, ran_out, failed, values = carry
+        outs, (inner, body_failed) = body.run(values, env)
         values = tuple(o.astype(v.dtype) for o, v in zip(outs, values)) + values[n_body:]
-        going, in_cond = keep_going(values)
-        return iteration + 1, going, ran_out | inner | in_cond, values
+        going, in_cond, cond_failed = keep_going(values)
+        return iteration + 1, going, ran_out | inner | in_cond, failed | body_failed | cond_failed, values
 
-    going0, ran_out0 = keep_going(state0)
-    _, going, ran_out, final = lax.while_loop(loop_cond, loop_body,
-                                              (jnp.asarray(0, jnp.int32), going0, ran_out0, state0))
+    going0, ran_out0, failed0 = keep_going(state0)
+    _, going, ran_out, failed, final = lax.while_loop(
+        loop_cond, loop_body, (jnp.asarray(0, jnp.int32), going0, ran_out0, failed0, state0))
     env.ran_out(going | ran_out)  # still going: the budget, not the condition, ended the loop
+    env.claim_inner(failed)
     return list(final[:len(ctx.outputs)])
 
 
@@ -95,10 +97,11 @@ def _if(ctx, xs, lop: LoweredOp, env: LoopBudget):
 
     def branch(graph: LoweredGraph):
         def run(operands):
-            outs, ran_out = graph.run(list(operands), env)
-            return tuple(outs), ran_out
+            outs, flags = graph.run(list(operands), env)
+            return tuple(outs), flags
         return run
 
-    outs, ran_out = lax.cond(pred, branch(then), branch(other), args)
+    outs, (ran_out, failed) = lax.cond(pred, branch(then), branch(other), args)
     env.ran_out(ran_out)
+    env.claim_inner(failed)  # only the branch taken can fail
     return list(outs)

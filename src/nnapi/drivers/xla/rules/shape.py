@@ -11,7 +11,7 @@ from jax import lax
 from ....hal import OperationType as Op
 from ....ops import OpContext, numpy_dtype, resolve
 from ....ops.resize import bilinear_terms, nearest_indices
-from ..lowering import FLOAT, I32, f32, from_nhwc, lowers, to_nhwc
+from ..lowering import FLOAT, I32, f32, from_nhwc, lowers, runtime_check, to_nhwc
 
 
 @lowers(Op.RESHAPE, Op.SQUEEZE, Op.EXPAND_DIMS, types=FLOAT + (I32,))
@@ -66,6 +66,8 @@ def _gather(ctx: OpContext, xs: list) -> list:
     indices = ctx.inputs[2].value
     if indices is not None:
         return [jnp.reshape(jnp.take(xs[0], np.asarray(indices, np.int32), axis=p.axis), p.out_dims)]
+    # XLA clamps an index out of range; NNAPI fails the execution, as the reference kernel does.
+    runtime_check((xs[2] < 0) | (xs[2] >= p.size), p.range_error)
     return [jnp.reshape(jnp.take(xs[0], xs[2], axis=p.axis, mode="clip"), p.out_dims)]
 
 
