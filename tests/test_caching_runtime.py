@@ -73,6 +73,29 @@ def test_token_provided_and_cache_not_exist(tmp_path, add_relu, params):
     np.testing.assert_array_equal(_run(c, X, X)[0], np.maximum(2 * X, 0))
 
 
+def test_a_single_device_hit_asks_nothing_else_and_a_miss_looks_up_the_cache_once(tmp_path, add_relu):
+    """As Android's runtime gives a single device the whole model, its cache is looked up before any
+    partitioning: a hit asks the driver for nothing else (no supported operations: through a service,
+    no trip of the model there); a miss partitions as before and never looks the cache up twice."""
+    driver = RecordingDriver(1, 1)
+    asked: list[int] = []
+    supported = driver.get_supported_operations
+    driver.get_supported_operations = lambda model: asked.append(1) or supported(model)
+    first = _compile(driver, add_relu, tmp_path, TOKEN)
+    assert first.cache_outcomes[0].outcome == "miss" and asked and driver.calls == [("prepare_model", True)]
+    asked.clear()
+    driver.calls.clear()
+    hit = _compile(driver, add_relu, tmp_path, TOKEN)
+    assert hit.cache_outcomes[0].outcome == "hit" and driver.calls == [("prepare_model_from_cache", True)]
+    assert asked == []
+    np.testing.assert_array_equal(_run(hit, X, X)[0], np.maximum(2 * X, 0))
+    driver.from_cache_status = ErrorStatus.GENERAL_FAILURE  # rejected: partitioned, compiled, one look-up
+    driver.calls.clear()
+    again = _compile(driver, add_relu, tmp_path, TOKEN)
+    assert again.cache_outcomes[0].outcome == "rejected" and asked
+    assert driver.calls == [("prepare_model_from_cache", False), ("prepare_model", True)]
+
+
 @pytest.mark.parametrize("params", GRID, ids=_grid_id)
 def test_token_provided_and_cache_exist(tmp_path, add_relu, params):
     n_model, n_data, status = params

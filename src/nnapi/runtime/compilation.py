@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .. import tracing as trace
+from .. import hal, tracing as trace
 from ..caching import remembered_fingerprints
 from ..caching.artifacts import INCOMPLETE
 from ..hal import (BYTE_SIZE_OF_CACHE_TOKEN, NO_DEADLINE, ErrorStatus, ExecutionPreference, NnError, Priority,
@@ -150,11 +150,14 @@ class Compilation:
         hal_model = self.model.to_hal()
         try:
             with remembered_fingerprints():  # the model's content, hashed once for every device
-                with trace.span("partition", "compile", devices=",".join(d.name for d in self._devices)) as args:
-                    self.steps = partition(self._devices, hal_model, self.preference)
-                    args["steps"] = len(self.steps)
-                for step in self.steps:
-                    self._prepare(step, deadline, compound=len(self.steps) > 1)
+                self.steps, tried = self._single_device_hit(hal_model, deadline)
+                if self.steps is None:
+                    with trace.span("partition", "compile", devices=",".join(d.name for d in self._devices)) as args:
+                        self.steps = partition(self._devices, hal_model, self.preference)
+                        args["steps"] = len(self.steps)
+                    for step in self.steps:  # (the cache is tried once: a single step is the one tried)
+                        self._prepare(step, deadline, compound=len(self.steps) > 1,
+                                      tried=tried if len(self.steps) == 1 else None)
         except NnError as e:  # a missed deadline never falls back: another device would miss it too
             reference = next((d for d in all_devices() if d.name == "reference"), None)
             fallback = (not self._explicit and e.code not in (ResultCode.BAD_DATA, ResultCode.UNEXPECTED_NULL)
@@ -171,12 +174,58 @@ class Compilation:
         self._finished = True
         return self
 
-    def _prepare(self, step: Step, deadline: int | None, compound: bool) -> None:
+    def _prepare(self, step: Step, deadline: int | None, compound: bool, tried: str | None = None) -> None:
         with trace.span("prepare", "compile", device=step.device.name, operations=len(step.operations)) as args:
-            self._prepare_step(step, deadline, compound)
+            self._prepare_step(step, deadline, compound, tried)
             args.update(outcome=step.cache.outcome, reason=step.cache.reason)
 
-    def _prepare_step(self, step: Step, deadline: int | None, compound: bool) -> None:
+    def _single_device_hit(self, hal_model: hal.Model, deadline: int | None) -> tuple[list[Step] | None, str | None]:
+        """With a single device and a cache, the cache is tried before anything is partitioned, as
+        Android's runtime gives a single device the whole model without asking what it supports: a
+        hit proves it (the driver prepared this very content before; the token holds its
+        fingerprint) and costs no `get_supported_operations` (through a service, the model's trip
+        there). (the step, None) on a hit; else (None, why not, or None when not tried), and the
+        compilation partitions and prepares as usual."""
+        main = hal_model.main
+        if len(self._devices) != 1 or self.token is None or not self._devices[0].supports_caching \
+                or not main.operations:
+            return None, None
+        step = Step(self._devices[0], hal_model, list(range(len(main.operations))), list(main.input_indexes),
+                    list(main.output_indexes))
+        start = trace.now_us()
+        reason = self._load(step, deadline, *self._cache_place(step, compound=False))
+        if start is not None:  # a hit is the step's preparation; a miss only a look before partitioning
+            trace.complete("prepare" if reason is None else "cache lookup", "compile", start, trace.now_us(),
+                           device=step.device.name, operations=len(step.operations),
+                           outcome="hit" if reason is None else "miss", reason=reason or "")
+        return (None, reason) if reason is not None else ([step], None)
+
+    def _cache_place(self, step: Step, compound: bool) -> tuple[bytes, list[str]]:
+        """The token the step's device sees and its cache files."""
+        device = step.device
+        token = device_token(self.token, step.operations if compound else None, device.name, device.version,
+                             self.preference, self.priority, content_fingerprint(step.model))
+        return token, cache_paths(self.cache_dir, token, device.cache_files)
+
+    def _load(self, step: Step, deadline: int | None, token: bytes, paths: list[str]) -> str | None:
+        """Prepare `step` from its cache files: None on a hit, else why not (a missed deadline raises)."""
+        handles = open_cache_files(paths, create=False)
+        if handles is None:
+            return "cache files missing"
+        try:
+            step.prepared = step.device.driver.prepare_model_from_cache(deadline, handles, token)
+            step.cache = CacheOutcome(step.device.name, "hit")
+            mark_used(handles)
+            return None
+        except NnError as e:
+            if e.status in _MISSED:  # out of time: a full compile would only miss it again
+                raise
+            return f"rejected by {step.device.name}: {e.message}"
+        finally:
+            close_cache_files(handles)
+
+    def _prepare_step(self, step: Step, deadline: int | None, compound: bool, tried: str | None = None) -> None:
+        """Prepare from the cache, else compile and write it (`tried`: why the cache, already tried, missed)."""
         device = step.device
         driver = device.driver
         if self.token is None or not device.supports_caching:
@@ -184,23 +233,10 @@ class Compilation:
                                       else f"{device.name} does not cache")
             step.prepared = driver.prepare_model(step.model, self.preference, self.priority, deadline, None, None)
             return
-        token = device_token(self.token, step.operations if compound else None, device.name, device.version,
-                             self.preference, self.priority, content_fingerprint(step.model))
-        paths = cache_paths(self.cache_dir, token, device.cache_files)
-        handles = open_cache_files(paths, create=False)
-        reason = "cache files missing"
-        if handles is not None:
-            try:
-                step.prepared = driver.prepare_model_from_cache(deadline, handles, token)
-                step.cache = CacheOutcome(device.name, "hit")
-                mark_used(handles)
-                return
-            except NnError as e:
-                if e.status in _MISSED:  # out of time: a full compile would only miss it again
-                    raise
-                reason = f"rejected by {device.name}: {e.message}"
-            finally:
-                close_cache_files(handles)
+        token, paths = self._cache_place(step, compound)
+        reason = tried if tried is not None else self._load(step, deadline, token, paths)
+        if reason is None:
+            return
         handles = open_cache_files(paths, create=True)
         try:
             step.prepared = driver.prepare_model(step.model, self.preference, self.priority, deadline, handles,
