@@ -74,7 +74,8 @@ def from_artifacts(model_blob: memoryview, data_blob: memoryview, shared_as: tup
             constants = prog.device_constants(data_blob, seg_sigs, model)
             if shared_as is not None:
                 constants = prog.share_constants(shared_as, constants)
-        model = dataclasses.replace(constants.structure, pools=[MemoryPool(pointer=data_blob)] if len(data_blob) else [])
+        pools = [MemoryPool(pointer=data_blob)] if len(data_blob) else []
+        model = dataclasses.replace(constants.structure, pools=pools)
         try:
             segments = [(s, f.result()) for s, f in zip(seg_sigs, loading)]
         except Exception as e:
