@@ -38,6 +38,7 @@ import gc
 import json
 import os
 import platform
+import shutil
 import statistics
 import tempfile
 import time
@@ -151,7 +152,6 @@ def _served(model: str, runs: int) -> dict:
         hits = [_new_process_hit(model, cache_dir, env) for _ in range(runs)]
     finally:
         service.stop()
-        import shutil
         shutil.rmtree(directory, ignore_errors=True)
     return {"prepare_cold_s": first["prepare_s"], "cold_outcome": first["outcome"],
             "optimised_stage_cached": first["rewritten"],

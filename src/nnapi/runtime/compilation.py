@@ -164,9 +164,7 @@ class Compilation:
                         and reference is not None and e.status.name.startswith(("GENERAL", "DEVICE")))
             if not fallback:
                 raise
-            main = hal_model.main
-            self.steps = [Step(reference, hal_model, list(range(len(main.operations))), list(main.input_indexes),
-                               list(main.output_indexes))]
+            self.steps = [Step.whole(reference, hal_model)]
             self.cache_outcomes = []
             self._prepare(self.steps[0], deadline, compound=False)
         self.cache_outcomes = [s.cache for s in self.steps]
@@ -190,8 +188,7 @@ class Compilation:
         if len(self._devices) != 1 or self.token is None or not self._devices[0].supports_caching \
                 or not main.operations:
             return None, None
-        step = Step(self._devices[0], hal_model, list(range(len(main.operations))), list(main.input_indexes),
-                    list(main.output_indexes))
+        step = Step.whole(self._devices[0], hal_model)
         start = trace.now_us()
         reason = self._load(step, deadline, *self._cache_place(step, compound=False))
         if start is not None:  # a hit is the step's preparation; a miss only a look before partitioning

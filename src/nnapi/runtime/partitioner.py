@@ -33,6 +33,13 @@ class Step:
     prepared: hal.IPreparedModel | None = None
     cache: object | None = None  # CacheOutcome, set by the compilation
 
+    @classmethod
+    def whole(cls, device: Device, model: hal.Model) -> "Step":
+        """The one step that runs the whole model on `device`."""
+        main = model.main
+        return cls(device, model, list(range(len(main.operations))), list(main.input_indexes),
+                   list(main.output_indexes))
+
 
 def _cost(device: Device, model: hal.Model, op: hal.Operation, preference: ExecutionPreference) -> float:
     caps = device.capabilities
@@ -168,8 +175,7 @@ def partition(devices: list[Device], model: hal.Model, preference: ExecutionPref
         raise NnError(ResultCode.BAD_DATA, "the model has no operations")
     chosen = assign_devices(devices, model, preference)
     if all(d is chosen[0] for d in chosen):
-        return [Step(chosen[0], model, list(range(len(main.operations))), list(main.input_indexes),
-                     list(main.output_indexes))]
+        return [Step.whole(chosen[0], model)]
     # Group ready operations per device, draining one device's queue into one step at a time.
     writer = {o: i for i, op in enumerate(main.operations) for o in op.outputs}
     pending = {i: {writer[o] for o in op.inputs if o in writer} for i, op in enumerate(main.operations)}
