@@ -139,6 +139,21 @@ def test_devices_json_into_a_closed_pipe_is_quiet():
     assert proc.returncode == 141
 
 
+def test_devices_piped_shows_every_cell_whole():
+    """Piped (a script, a CI log), the table is not folded to 80 columns: each device's row holds its
+    whole version and where it lives, as `--json` says them."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    table = subprocess.run([sys.executable, "-m", "nnapi.cli", "devices"], capture_output=True, text=True, env=env,
+                           timeout=300, check=True).stdout
+    listed = json.loads(subprocess.run([sys.executable, "-m", "nnapi.cli", "devices", "--json"], capture_output=True,
+                                       text=True, env=env, timeout=300, check=True).stdout)
+    rows = {line.split()[1]: line for line in table.splitlines() if line.startswith("│")}
+    assert set(rows) == {d["name"] for d in listed}
+    for d in listed:
+        assert d["version"] in rows[d["name"]] and "…" not in rows[d["name"]], rows[d["name"]]
+        assert d["location"] == "in-process" and "in-process" in rows[d["name"]]
+
+
 def test_verbose_turns_on_the_nnapi_loggers(capsys, monkeypatch):
     vectors = os.path.join(CTS, "V1_0", "add.json")
     assert main(["-v", "cts", vectors, "--device", "reference"]) == 0

@@ -67,6 +67,10 @@ def test_served_device_takes_the_place_of_the_in_process_driver(service, service
     listed = {d["name"]: d for d in json.loads(out.stdout)}
     assert listed["reference"]["location"] == "service" and listed["reference"]["pid"] == service.pid
     assert all(d["location"] == "in-process" for name, d in listed.items() if name != "reference")
+    table = subprocess.run([sys.executable, "-m", "nnapi.cli", "devices"], capture_output=True, text=True,
+                           env=dict(os.environ), timeout=120, check=True).stdout
+    row = next(line for line in table.splitlines() if line.startswith("│ reference "))
+    assert f"service pid {service.pid}" in row, table
 
 
 def test_without_a_service_directory_drivers_stay_in_process(monkeypatch):

@@ -16,7 +16,10 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 log = logging.getLogger("nnapi.cli")
 
@@ -161,6 +164,21 @@ def _error_text(message: str) -> str:
     return "; ".join(line.strip() for line in str(message).splitlines() if line.strip())
 
 
+def stdout_console(**options: Any) -> "Console":
+    """A rich console for the command's results on stdout. Piped or redirected (scripts, CI logs), it
+    is as wide as its tables need: rich would otherwise fold them to 80 columns and cut cells short
+    ("in-proce…"), losing exactly what a script reads."""
+    from rich.console import Console
+    console = Console(**options)
+    if not console.is_terminal:
+        console = Console(width=PIPED_WIDTH, **options)
+    return console
+
+
+#: The width of `stdout_console` when stdout is not a terminal (wide enough that no table folds).
+PIPED_WIDTH = 1000
+
+
 class Progress:
     """Progress on stderr: a rich bar (or spinner when `total` is None) on a terminal; otherwise a plain
     line every `PROGRESS_INTERVAL_S` seconds while the work goes on (`label: done/total note, N s`)."""
@@ -228,7 +246,6 @@ def _tracing(path: str | None) -> Iterator[None]:
 
 
 def _cmd_devices(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from .runtime import devices
@@ -249,7 +266,7 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     for d in devs:
         table.add_row(d.name, d.version, d.type.name, str(d.feature_level), str(d.cache_files),
                       f"{d.capabilities.performance(OperandType.TENSOR_FLOAT32).exec_time:g}", d.where)
-    Console().print(table)
+    stdout_console().print(table)
     return 0
 
 
@@ -257,7 +274,6 @@ def _cmd_cts(args: argparse.Namespace) -> int:
     if getattr(args, "service", False):
         from .service.cli import run_served
         return run_served(args.device, lambda: _cmd_cts(argparse.Namespace(**{**vars(args), "service": False})))
-    from rich.console import Console
     from rich.table import Table
 
     from .conformance.runner import run_vectors, summarize
@@ -282,7 +298,7 @@ def _cmd_cts(args: argparse.Namespace) -> int:
         results = run_vectors(tests, args.device, step)
     elapsed = time.perf_counter() - start
     summary = summarize(results)
-    out = Console()
+    out = stdout_console()
     for r in failures[:args.show_failures]:
         out.print(f"[red]FAILED[/red] {r.name} ({r.source}): {r.reason}", markup=True, highlight=False)
     if len(failures) > args.show_failures:
@@ -763,7 +779,6 @@ def plot_bench(result: dict, timeline: list[dict], path: str) -> None:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     timeline: list[dict] = []
@@ -790,7 +805,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
                 f" (timeout {result['timeout_ms']} ms)" if result["timeout_ms"] else " (no timeout)"))]
     for name, value in rows:
         table.add_row(name, value)
-    Console().print(table)
+    stdout_console().print(table)
     if args.plot:
         plot_bench(result, timeline, args.plot)
         print(f"plot written to {args.plot}")
@@ -803,7 +818,6 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _cmd_cache(args: argparse.Namespace) -> int:
     """`nnapi cache ls|verify|prune`: app cache directories and drivers' caching engines."""
-    from rich.console import Console
     from rich.table import Table
 
     from .runtime.cache_admin import list_cache, prune_cache, verify_cache
@@ -836,7 +850,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
             table.add_column(col)
         for entry in result:
             table.add_row(*(str(entry.get(c, "")) for c in columns))
-        Console().print(table)
+        stdout_console().print(table)
     if args.action == "verify" and any(not e.get("ok") for e in result):
         return 1
     return 0

@@ -52,6 +52,8 @@ def main(args: argparse.Namespace) -> int:
     from rich.table import Table
     from rich.text import Text
 
+    from ...cli import stdout_console
+
     from ...hal import NnError
     from ...runtime import find_device
     from . import collect
@@ -71,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     kit = Kit(device, Options(quick=args.quick, timeout=args.timeout, vectors=vectors))
     err = Console(stderr=True, highlight=False, markup=False)
-    out = Console(highlight=False, markup=False)
+    out = stdout_console(highlight=False, markup=False)
     start = time.perf_counter()
     failures: list = []
     try:
