@@ -359,9 +359,10 @@ def _outcome(model, cache_dir, devices=None, **kwargs) -> nnapi.Compilation:
                              **kwargs).finish()
 
 
-def test_stale_changed_weights_in_app_memory(tmp_path):
+@pytest.mark.parametrize("n", [40, 16384])  # (16384: 256 KiB of weights, which the runtime keeps mapped)
+def test_stale_changed_weights_in_app_memory(tmp_path, n):
     """The app rewrites the shared memory its weights live in, then recompiles with the same token."""
-    w1 = np.arange(4 * 40, dtype=np.float32).reshape(4, 40) / 100
+    w1 = np.arange(4 * n, dtype=np.float32).reshape(4, n) / n
     memory = nnapi.Memory.ashmem(w1.nbytes)
     model = _fc_model(w1, memory)
     _check_fc(_outcome(model, tmp_path), w1)
@@ -371,6 +372,31 @@ def test_stale_changed_weights_in_app_memory(tmp_path):
     assert c.cache_outcomes[0].outcome == "miss"
     _check_fc(c, w2)
     release_empty_pool(model)
+
+
+def test_app_weights_are_mapped_once_for_the_fingerprint_and_let_go_of_with_their_memory(tmp_path):
+    """Each compilation fingerprints the app's weights (the token hashes them); from 256 KiB they stay
+    mapped between compilations instead of being mapped and faulted in again each time, until the app
+    closes their memory."""
+    import resource
+    from nnapi.memory import file_identity, process_mappings
+    w = np.ones((4, 65536), np.float32)  # 1 MiB: 256 pages a fresh mapping would fault in
+    memory = nnapi.Memory.ashmem(w.nbytes)
+    model = _fc_model(w, memory)
+    hal_model = model.to_hal()
+    first = content_fingerprint(hal_model)
+
+    def faults() -> int:
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    before = faults()
+    for _ in range(4):
+        assert content_fingerprint(hal_model) == first
+    assert faults() - before < 64
+    dev, ino = file_identity(memory.handle)
+    del hal_model, model
+    memory.close()
+    assert process_mappings().forget_file(dev, ino) == 0  # let go of with the memory
 
 
 def test_stale_same_structure_other_weights(tmp_path):

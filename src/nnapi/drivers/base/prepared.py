@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Sequence
 from ... import tracing as trace
 from ...hal import (ClientId, ErrorStatus, ExecutionPreference, IBurst, IPreparedModel, MeasureTiming, Model,
                     NnError, OutputShape, Priority, Request, Timing, check_burst_tokens)
-from ...memory import MappedPool, map_pool, process_mappings
+from ...memory import MappedPool, map_pool, map_pool_kept
 from ...memory.domains import DriverDomain, current_client
 from ...qos import DurationStats, Scheduler, Ticket, normalize_deadline
 from ...qos.fences import FencedCallback, wait_fences
@@ -123,10 +123,8 @@ class DriverPreparedModel(IPreparedModel):
         """Map the request, run the driver's `run` and write the outputs back (on a scheduler slot)."""
         buffers = (self.domain or _orphan_domain(self)).resolve(request, self)  # tokens, roles, initialized
         try:
-            if pools is None:  # (an app's memory that comes again is mapped once: `process_mappings`)
-                mappings = process_mappings()
-                pools = [None if p.token is not None else
-                         mappings.map(p.handle) if p.handle is not None else map_pool(p) for p in request.pools]
+            if pools is None:  # (an app's memory that comes again is mapped once: `map_pool_kept`)
+                pools = [None if p.token is not None else map_pool_kept(p) for p in request.pools]
             binding = Binding(self.model, request, pools, buffers, deadline, loop_timeout_ns,
                               self.memory_limit_bytes, self._facts()[1])
             if self.static_output_shapes is not None:
