@@ -196,6 +196,17 @@ def test_proposals_nms_over_overlapping_anchors() -> None:
     assert scores.tolist() == pytest.approx([0.9])
 
 
+def test_proposals_with_an_infinite_stride_compute_as_ieee_without_numpy_warnings() -> None:
+    """Seen in the fuzz test: 0 * inf in the grid shift gave numpy's RuntimeWarning on the app's stderr."""
+    import warnings
+    args = ([[[[0.9], [0.8]]]], np.zeros((1, 1, 2, 4)), [[0, 0, 10, 10]], [[20, 20]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(NnError) as e:  # (the nan boxes are then refused, as Android's kernel does)
+            _run(Op.GENERATE_PROPOSALS, *_proposals(*args, stride=(1.0, float("inf"))))
+    assert e.value.status == ErrorStatus.INVALID_ARGUMENT and "roi" in e.value.message
+
+
 @pytest.mark.parametrize("nchw", [False, True])
 def test_proposals_shift_anchors_over_the_grid(nchw: bool) -> None:
     # Grid 1 x 2 with one anchor, width stride 5: the second cell's box is shifted by 5 in x.

@@ -80,14 +80,16 @@ def _compute(ctx: OpContext) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     anchors = to_float32(ctx.inputs[2], ctx.input(2)).reshape(a, 4)
     info = to_float32(ctx.inputs[3], ctx.input(3)).reshape(n, 2)
     size = h * w * a
-    # Anchors shifted to every grid cell: rois[(y * w + x) * a + k].
-    shift_y = (np.arange(h, dtype=np.float32) * h_stride)[:, None, None]
-    shift_x = (np.arange(w, dtype=np.float32) * w_stride)[None, :, None]
+    # Anchors shifted to every grid cell: rois[(y * w + x) * a + k]. Infinite strides or anchors give
+    # inf / nan as IEEE (and the C++ kernel) do, without numpy's warnings on the app's stderr.
     rois = np.empty((h, w, a, 4), np.float32)
-    rois[..., 0] = anchors[:, 0] + shift_x
-    rois[..., 1] = anchors[:, 1] + shift_y
-    rois[..., 2] = anchors[:, 2] + shift_x
-    rois[..., 3] = anchors[:, 3] + shift_y
+    with np.errstate(invalid="ignore", over="ignore"):
+        shift_y = (np.arange(h, dtype=np.float32) * h_stride)[:, None, None]
+        shift_x = (np.arange(w, dtype=np.float32) * w_stride)[None, :, None]
+        rois[..., 0] = anchors[:, 0] + shift_x
+        rois[..., 1] = anchors[:, 1] + shift_y
+        rois[..., 2] = anchors[:, 2] + shift_x
+        rois[..., 3] = anchors[:, 3] + shift_y
     rois = rois.reshape(size, 4)
     zeros = np.zeros(size, np.int32)
     out_scores: list[np.ndarray] = [np.zeros(0, np.float32)]
