@@ -22,20 +22,6 @@ from nnapi.hal import (CacheHandles, Capabilities, DeviceInfo, DeviceType, Error
                        OperandPerformance, PerformanceInfo)
 
 
-def release_empty_pool(model: nnapi.Model) -> None:
-    """Close the 1-byte "nnapi-empty" shared-memory pool that `Model.finish` creates for a model without large
-    constants: nothing owns it, so it is never closed (a descriptor leak of runtime/model.py, reported).
-    Tests that build many models call this when done so they do not add up to the fd limit."""
-    for pool in model.to_hal().pools:
-        handle = pool.handle
-        if handle is not None and handle.name == "ashmem" and handle.size == 1:
-            for fd in handle.fds:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-
-
 def reference(**kwargs) -> nnapi.Device:
     """The reference driver as a runtime device, without discovering every installed driver (which may
     import heavy toolkits), so these tests do not depend on what else is installed."""

@@ -25,7 +25,7 @@ from nnapi.runtime.cache_files import (NDK_PRIORITY, base_name, cache_paths, con
 from nnapi.conformance.vts import device_for
 from nnapi.conformance.vts.models import float_model
 
-from caching_kit import RecordingDriver, VersionedReference, reference, release_empty_pool
+from caching_kit import RecordingDriver, VersionedReference, reference
 from conftest import CTS, add_relu_model
 
 TOKEN = bytes(range(32))
@@ -371,7 +371,6 @@ def test_stale_changed_weights_in_app_memory(tmp_path, n):
     c = _outcome(model, tmp_path)
     assert c.cache_outcomes[0].outcome == "miss"
     _check_fc(c, w2)
-    release_empty_pool(model)
 
 
 def test_app_weights_are_mapped_once_for_the_fingerprint_and_let_go_of_with_their_memory(tmp_path):
@@ -531,5 +530,4 @@ def test_cts_models_compile_twice_and_the_second_hits(tmp_path):
         assert compare(test, built, got) is None, test.name
         count += 1
         del first, second
-        release_empty_pool(built.model)
     assert count >= 20
