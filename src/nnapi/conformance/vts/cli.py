@@ -53,7 +53,6 @@ def main(args: argparse.Namespace) -> int:
     from rich.text import Text
 
     from ...cli import stdout_console
-
     from ...hal import NnError
     from ...runtime import find_device
     from . import collect
