@@ -373,7 +373,7 @@ def test_stale_changed_weights_in_app_memory(tmp_path, n):
     _check_fc(c, w2)
 
 
-def test_app_weights_are_mapped_once_for_the_fingerprint_and_let_go_of_with_their_memory(tmp_path):
+def test_app_weights_are_mapped_once_for_the_fingerprint_and_let_go_of_with_their_memory():
     """Each compilation fingerprints the app's weights (the token hashes them); from 256 KiB they stay
     mapped between compilations instead of being mapped and faulted in again each time, until the app
     closes their memory."""

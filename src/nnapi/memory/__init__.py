@@ -13,5 +13,5 @@ __all__ = ["MAPPED_KINDS", "MAPPED_ONCE_BYTES", "ArrayPool", "FileCopy", "Hardwa
            "HardwareBufferFormat", "HardwareBufferUsage", "MappedImage", "MappedPool", "MappingCache",
            "allocate_ashmem", "can_map", "close_handle", "decode_hardware_buffer", "dup_handle", "file_identity",
            "fixed_size_memfd", "forget_mappings", "is_hardware_buffer", "is_sealed", "map_handle",
-           "map_hardware_buffer", "map_pool", "map_pool_kept", "mappable_constant_flags", "max_tensor_bytes", "mmap_fd_handle",
-           "on_forget", "physical_memory_bytes", "process_mappings", "seal_handle", "stable_handle"]
+           "map_hardware_buffer", "map_pool", "map_pool_kept", "mappable_constant_flags", "max_tensor_bytes",
+           "mmap_fd_handle", "on_forget", "physical_memory_bytes", "process_mappings", "seal_handle", "stable_handle"]

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from .. import hal
 from ..caching import model_fingerprint
-from ..memory import map_pool_kept
 from ..hal import BYTE_SIZE_OF_CACHE_TOKEN, CacheHandles
+from ..memory import map_pool_kept
 
 
 @dataclass(frozen=True)
