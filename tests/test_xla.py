@@ -169,31 +169,43 @@ def test_prepare_from_cache_in_a_fresh_driver_neither_traces_nor_compiles(tmp_pa
     assert prepared.stage == "quick" and prepared.signature.inputs[0].dims == (1, 16, 16, 3)
 
 
+def _prepare_as(device: XlaDevice, model: nnapi.Model, paths, token: bytes, uid: int, from_cache: bool):
+    """Driver level, for app `uid`: compile into the cache files `paths`, or prepare from them."""
+    from nnapi.hal import ClientId
+    from nnapi.runtime.cache_files import close_cache_files, open_cache_files
+    handles = open_cache_files(paths, create=not from_cache)
+    try:
+        if from_cache:
+            return device.prepare_model_from_cache(None, handles, token, client=ClientId(uid))
+        return device.prepare_model(model.to_hal(), cache_handles=handles, token=token, client=ClientId(uid))
+    finally:
+        close_cache_files(handles)
+
+
+def _run_driver(prepared, image: np.ndarray) -> np.ndarray:
+    """The prepared model's one output for `image`, run at driver level."""
+    from nnapi.hal import DataLocation, MeasureTiming, MemoryPool, Request, RequestArgument
+    out = np.zeros(prepared.static_output_shapes[0], np.float32)
+    request = Request([RequestArgument(False, DataLocation(0, 0, image.nbytes))],
+                      [RequestArgument(False, DataLocation(1, 0, out.nbytes))],
+                      [MemoryPool(pointer=image), MemoryPool(pointer=out)])
+    prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
+    return out
+
+
 def test_loads_of_one_cache_share_device_constants_within_an_app_never_across_apps(tmp_path, conv, image):
     """A second hit on the same verified content for the same app reuses the constants already on the
     device (and the compile that wrote the cache offers its own); another app's load places its own."""
-    from nnapi.hal import ClientId, DataLocation, MeasureTiming, MemoryPool, Request, RequestArgument
-    from nnapi.runtime.cache_files import cache_paths, close_cache_files, open_cache_files
+    from nnapi.runtime.cache_files import cache_paths
     token = bytes([5] * 32)
     paths = cache_paths(str(tmp_path), token, (1, 1))
     device = XlaDevice()
 
-    def prepare(uid: int, from_cache: bool):
-        handles = open_cache_files(paths, create=not from_cache)
-        try:
-            if from_cache:
-                return device.prepare_model_from_cache(None, handles, token, client=ClientId(uid))
-            return device.prepare_model(conv.to_hal(), cache_handles=handles, token=token, client=ClientId(uid))
-        finally:
-            close_cache_files(handles)
+    def prepare(uid: int, from_cache: bool = True):
+        return _prepare_as(device, conv, paths, token, uid, from_cache)
 
     def run(prepared) -> np.ndarray:
-        out = np.zeros(prepared.static_output_shapes[0], np.float32)
-        request = Request([RequestArgument(False, DataLocation(0, 0, image.nbytes))],
-                          [RequestArgument(False, DataLocation(1, 0, out.nbytes))],
-                          [MemoryPool(pointer=image), MemoryPool(pointer=out)])
-        prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
-        return out
+        return _run_driver(prepared, image)
 
     compiled = prepare(1001, from_cache=False)
     first, second = prepare(1001, from_cache=True), prepare(1001, from_cache=True)
@@ -212,6 +224,78 @@ def test_loads_of_one_cache_share_device_constants_within_an_app_never_across_ap
     assert held() is None
     again = prepare(1001, from_cache=True)
     np.testing.assert_array_equal(run(again), expected)
+
+
+def _flip_last_byte(path) -> None:
+    with open(path, "r+b") as f:
+        f.seek(-1, 2)
+        last = f.read(1)
+        f.seek(-1, 2)
+        f.write(bytes([last[0] ^ 0xFF]))
+
+
+def test_a_hit_while_the_app_holds_that_content_reads_no_data_cache(tmp_path, conv, image):
+    """While a preparation of an app holds the constants of a verified content, the app's next hit on
+    it uses them and does not read the data cache (a changed byte there goes unnoticed, and unused);
+    another app, or the same app once nothing holds them, reads it and refuses the changed file."""
+    import gc
+
+    from nnapi.hal import NnError
+    from nnapi.runtime.cache_files import cache_paths
+    token = bytes([6] * 32)
+    _, (data_path,) = paths = cache_paths(str(tmp_path), token, (1, 1))
+    device = XlaDevice()
+
+    def prepare(uid: int, from_cache: bool = True):
+        return _prepare_as(device, conv, paths, token, uid, from_cache)
+
+    compiled = prepare(2001, from_cache=False)
+    expected = nnapi.Compilation(conv, devices=["reference"]).finish().execute([image])[0]
+    _flip_last_byte(data_path)
+    held = prepare(2001)
+    assert held.constants is compiled.constants
+    np.testing.assert_allclose(_run_driver(held, image), expected, rtol=1e-5, atol=1e-5)
+    with pytest.raises(NnError, match="data cache 0 does not match"):
+        prepare(2002)
+    del compiled, held
+    gc.collect()
+    with pytest.raises(NnError, match="data cache 0 does not match"):
+        prepare(2001)
+    _flip_last_byte(data_path)  # back as written: read, checked and placed again
+    again = prepare(2001)
+    np.testing.assert_allclose(_run_driver(again, image), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_verified_model_cache_is_decoded_once_per_process_and_a_changed_one_never(tmp_path, conv, image,
+                                                                                     monkeypatch):
+    """Once this process decoded a verified content, later loads of it (any app, none alive) decode no
+    structure again; a model cache changed since is refused before anything decoded is looked up."""
+    import gc
+
+    from nnapi.drivers.xla import cache
+    from nnapi.hal import NnError
+    from nnapi.runtime.cache_files import cache_paths
+    token = bytes([7] * 32)
+    (model_path,), _ = paths = cache_paths(str(tmp_path), token, (1, 1))
+    device = XlaDevice()
+
+    def prepare(uid: int, from_cache: bool = True):
+        return _prepare_as(device, conv, paths, token, uid, from_cache)
+
+    prepare(3001, from_cache=False)
+    first = prepare(3001)
+    expected = first.constants.structure
+    del first
+    gc.collect()
+    decoded = []
+    original = cache.model_from_bytes
+    monkeypatch.setattr(cache, "model_from_bytes", lambda data: decoded.append(1) or original(data))
+    second, other = prepare(3001), prepare(3002)
+    assert decoded == [] and second.constants.structure is expected and other.constants is not second.constants
+    _flip_last_byte(model_path)
+    with pytest.raises(NnError, match="integrity check"):
+        prepare(3001)
+    assert decoded == []
 
 
 def test_gather_fails_on_an_index_out_of_range_as_the_reference_driver_does(tmp_path):

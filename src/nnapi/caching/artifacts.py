@@ -7,16 +7,17 @@ holds its blob. The registry records the SHA-256 of all model-cache files togeth
 Save: build blobs in memory -> hash -> record -> write (C10), the record and the writes under one
 exclusive lock. Model-cache file 0 is emptied first and written last, so a writer killed half-way
 leaves a cache that reads as *incomplete* (a miss), never as a tampered one.
-Load: copy every file into memory and read the records under a shared lock -> check lengths against
-the index (shorter: incomplete) -> hash that copy -> check it against the token's verified digests
--> check the data blobs against the index -> hand back exactly the bytes that were checked.
+Load, under a shared lock: copy the model-cache files into memory -> check their lengths against the
+index (shorter: incomplete) -> hash that copy -> check it against the token's verified digests ->
+copy the data-cache files (unless the driver already holds the data that digest names) -> check
+them against the index -> hand back exactly the bytes that were checked.
 """
 from __future__ import annotations
 
 import hashlib
 import os
 import struct
-from typing import NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import xxhash
 
@@ -79,8 +80,10 @@ def encode(model_blobs: Sequence[bytes], data_blobs: Sequence[bytes]) -> list[by
     return [index + bytes(model_blobs[0])] + [bytes(b) for b in model_blobs[1:]]
 
 
-def _check_lengths(model_files: Sequence[memoryview], data_files: Sequence[memoryview]) -> list[tuple[int, bytes]]:
-    """Check every file's length against the index; returns the data entries (length, digest)."""
+def _check_lengths(model_files: Sequence[memoryview], data_files: Sequence[memoryview] | None,
+                   n_given: int) -> list[tuple[int, bytes]]:
+    """Check every file's length against the index (`n_given` data files were handed over; their
+    lengths too unless `data_files` is None: not read); returns the data entries (length, digest)."""
     first = model_files[0]
     if len(first) == 0:
         raise _incomplete("model cache 0 is empty")
@@ -89,9 +92,9 @@ def _check_lengths(model_files: Sequence[memoryview], data_files: Sequence[memor
     magic, version, n_model, n_data = _INDEX.unpack_from(first)
     if magic != _MAGIC or version != FORMAT_VERSION:
         raise _fail(f"model cache has format {bytes(magic)!r} v{version}, expected {_MAGIC!r} v{FORMAT_VERSION}")
-    if n_model != len(model_files) or n_data != len(data_files):
+    if n_model != len(model_files) or n_data != n_given:
         raise _fail(f"model cache index lists {n_model} model and {n_data} data files, "
-                    f"{len(model_files)} and {len(data_files)} were given")
+                    f"{len(model_files)} and {n_given} were given")
     if len(first) < _index_size(n_model, n_data):
         raise _incomplete("model cache 0 ends inside its index")
     pos = _INDEX.size
@@ -102,26 +105,23 @@ def _check_lengths(model_files: Sequence[memoryview], data_files: Sequence[memor
             raise _incomplete(f"model cache {i} holds {len(content)} of its {length} bytes")
         if len(content) > length:
             raise _fail(f"model cache {i} holds {len(content)} bytes, {length} were saved (extra bytes)")
-    entries = []
-    for i, content in enumerate(data_files):
-        length, digest = _DATA_ENTRY.unpack_from(first, pos)
-        pos += _DATA_ENTRY.size
+    entries = [_DATA_ENTRY.unpack_from(first, pos + i * _DATA_ENTRY.size) for i in range(n_data)]
+    for i, (content, (length, _)) in enumerate(zip(data_files or (), entries)):
         if len(content) < length:
             raise _incomplete(f"data cache {i} holds {len(content)} of its {length} bytes")
-        entries.append((length, digest))
     return entries
 
 
-def decode(model_files: Sequence[memoryview], data_files: Sequence[memoryview],
-           entries: list[tuple[int, bytes]]) -> tuple[list[memoryview], list[memoryview]]:
+def decode(model_files: Sequence[memoryview], data_files: Sequence[memoryview] | None,
+           entries: list[tuple[int, bytes]]) -> tuple[list[memoryview], list[memoryview] | None]:
     """Split verified model-cache files back into blobs and check the data blobs against the index."""
-    data = []
-    for i, (content, (length, digest)) in enumerate(zip(data_files, entries)):
+    data = None if data_files is None else []
+    for i, (content, (length, digest)) in enumerate(zip(data_files or (), entries)):
         if len(content) != length or xxhash.xxh3_128_digest(content) != digest:
             raise _fail(f"data cache {i} does not match what was saved (corrupted or replaced)")
         data.append(memoryview(content))
     first = memoryview(model_files[0])
-    blobs = [first[_index_size(len(model_files), len(data_files)):]] + [memoryview(f) for f in model_files[1:]]
+    blobs = [first[_index_size(len(model_files), len(entries)):]] + [memoryview(f) for f in model_files[1:]]
     return blobs, data
 
 
@@ -149,17 +149,21 @@ def save_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
 
 
 class Verified(NamedTuple):
-    """What a load hands back: exactly the bytes that were checked, and the SHA-256 the registry
-    vouched for (it names this content: the model files, whose index holds the data blobs' digests)."""
+    """What a load hands back: exactly the bytes that were checked (`data_blobs` None when the driver
+    said it holds that data already), and the SHA-256 the registry vouched for (it names this content:
+    the model files, whose index holds the data blobs' digests)."""
 
     model_blobs: list[memoryview]
-    data_blobs: list[memoryview]
+    data_blobs: list[memoryview] | None
     digest: bytes
 
 
-def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegistry,
-                   counts: tuple[int, int]) -> Verified:
-    """Read, verify and return the blobs; GENERAL_FAILURE with the reason when unusable."""
+def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegistry, counts: tuple[int, int],
+                   data_held: Callable[[bytes], bool] | None = None) -> Verified:
+    """Read, verify and return the blobs; GENERAL_FAILURE with the reason when unusable.
+
+    `data_held(digest)`, asked once the model files are verified: whether the driver already holds the
+    data blobs of the content `digest` names (checked when it read them), so they are not read again."""
     check_counts(handles, counts)
     if not isinstance(token, (bytes, bytearray)) or len(token) != 32:
         raise CacheError(ErrorStatus.INVALID_ARGUMENT, "cache token must be 32 bytes")
@@ -169,15 +173,17 @@ def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
     try:
         with locked(fds, exclusive=False):  # the files and the record as one writer left them
             model_files = [read_file(fd, MAX_FILE_BYTES) for fd in handles.model_cache]
-            data_files = [read_file(fd, MAX_FILE_BYTES) for fd in handles.data_cache]
             expected = registry.lookup(token)
+            _check_lengths(model_files, None, len(handles.data_cache))
+            if not expected:
+                raise _fail("no integrity record for this token: the cache was not written by this driver version")
+            digest = _model_digest(model_files)
+            if digest not in expected:
+                raise _fail("model cache failed its integrity check (changed since this driver wrote it)")
+            held = data_held is not None and data_held(digest)
+            data_files = None if held else [read_file(fd, MAX_FILE_BYTES) for fd in handles.data_cache]
     except OSError as e:
         raise _fail(f"cache files cannot be read: {e}") from None
-    entries = _check_lengths(model_files, data_files)
-    if not expected:
-        raise _fail("no integrity record for this token: the cache was not written by this driver version")
-    digest = _model_digest(model_files)
-    if digest not in expected:
-        raise _fail("model cache failed its integrity check (changed since this driver wrote it)")
+    entries = _check_lengths(model_files, data_files, len(handles.data_cache))
     registry.touch(token, digest)
     return Verified(*decode(model_files, data_files, entries), digest)

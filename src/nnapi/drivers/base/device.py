@@ -62,6 +62,9 @@ class CompileJob:
         #: When loading from the app's cache: the SHA-256 the integrity registry vouched for, which
         #: names the cached content (a driver may reuse what it decoded from the same content before).
         self.verified: bytes | None = None
+        #: What the driver's `holds` found it already holds of that content (given to `load`, which then
+        #: gets no data blobs).
+        self.held: object | None = None
         self.deferred = False
         self._aborted = threading.Event()
 
@@ -199,9 +202,16 @@ class DriverDevice(IDevice):
         """`prepared` was written to app `uid`'s cache as the content the registry knows by `digest`:
         a driver may share what `prepared` holds with later loads of it (`CompileJob.verified`)."""
 
-    def load(self, model_blobs: list[memoryview], data_blobs: list[memoryview], job: CompileJob
+    def holds(self, job: CompileJob, digest: bytes) -> bool:
+        """Whether the driver still holds the data blobs of the verified content `digest` names, as app
+        `job.uid` loaded or saved them (kept on `job.held`): its data cache files are then not read
+        again, and `load` gets None for them. By default it holds nothing."""
+        return False
+
+    def load(self, model_blobs: list[memoryview], data_blobs: list[memoryview] | None, job: CompileJob
              ) -> DriverPreparedModel:
-        """A prepared model from verified cache blobs (its preference and priority come with them)."""
+        """A prepared model from verified cache blobs (its preference and priority come with them);
+        `data_blobs` is None when `holds` said the driver has them (`job.held`)."""
         raise NotImplementedError
 
     def estimate_compile_ns(self, model: Model) -> int:
@@ -465,7 +475,8 @@ class DriverDevice(IDevice):
         if not self._state_usable():
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"{self.NAME}: caching is off (no usable state directory)")
         try:
-            model_blobs, data_blobs, job.verified = load_artifacts(handles, token, self.registry, self.CACHE_FILES)
+            model_blobs, data_blobs, job.verified = load_artifacts(handles, token, self.registry, self.CACHE_FILES,
+                                                                   lambda digest: self.holds(job, digest))
         except NnError:
             raise
         except (sqlite3.Error, OSError) as e:

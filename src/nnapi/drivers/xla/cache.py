@@ -9,20 +9,23 @@ it against the integrity registry, from the very bytes that were checked.
 Data cache (one file): every CONSTANT_REFERENCE value, 64-byte aligned, in the order and layout
 the executable takes them as arguments; the loaded program reads it in place.
 
-Within a process, the preparations of one app that load the same verified content (the SHA-256 the
-registry vouched for) share its decoded structure and device constants, as they share executables
-(`program.LOADED`): a second hit costs reading and verifying, not placing 14 MB of weights again.
+Within a process, loads of the same verified content (the SHA-256 the registry vouched for) reuse
+what it decoded to (`DECODED`) and its executables (`program.LOADED`); the preparations of one app
+also share its device constants while one holds them: such a hit reads and verifies the model cache
+and not the 14 MB data cache (`XlaDevice.holds`), and places no weights again.
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 import jax
 
 from ...hal import ErrorStatus, ExecutionPreference, MemoryPool, Model, NnError, Priority
 from ...hal.serialize import model_from_bytes, model_to_bytes
+from ..base import Lru
 from . import program as prog
 
 
@@ -38,14 +41,27 @@ def to_artifacts(model: Model, data: bytes, sig: prog.Signature, segments, stage
     return prog.pack_model_cache(meta, structure, payloads), bytes(data)
 
 
-def from_artifacts(model_blob: memoryview, data_blob: memoryview, shared_as: tuple[int, bytes] | None = None):
-    """(model, signature, segments, stage, preference, priority, device constants) from verified
-    artifacts; no tracing, no compilation. `shared_as` (app uid, verified digest) names the content:
-    what an earlier load of it decoded for the same app is reused while alive.
+@dataclasses.dataclass(frozen=True)
+class Decoded:
+    """What a verified model cache decodes to, apart from the executables themselves (kept by the
+    SHA-256 of their bytes in `program.LOADED`)."""
 
-    XLA loads (links) executables with the GIL released, so they load on worker threads while
-    this thread decodes the structure and places the constants on the device.
-    """
+    sig: prog.Signature
+    seg_sigs: list[prog.Signature]
+    stage: str
+    preference: ExecutionPreference
+    priority: Priority
+    structure: Model
+    executable_keys: list[bytes]
+
+
+#: Decoded model caches of this process by the SHA-256 the integrity registry vouched for (the digest
+#: names the bytes, so what they decode to is the same for every app): a later hit decodes nothing.
+DECODED: Lru = Lru(32)
+
+
+def _decode(model_blob: memoryview, data_blob: memoryview | None) -> tuple[Decoded, list[memoryview]]:
+    """The decoded model cache and its executables' bytes; GENERAL_FAILURE naming what is wrong."""
     meta, structure, payload = prog.unpack_model_cache(model_blob)
     try:
         if meta.get("backend") != jax.default_backend():
@@ -54,31 +70,58 @@ def from_artifacts(model_blob: memoryview, data_blob: memoryview, shared_as: tup
         seg_sigs = [prog.Signature.from_json(v) for v in meta["segments"]]
         stage = str(meta["stage"])
         preference, priority = ExecutionPreference(meta["preference"]), Priority(meta["priority"])
+        model = model_from_bytes(bytes(structure))
     except (NnError, ValueError, KeyError, TypeError) as e:
         raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla model cache cannot be decoded: {e}") from None
     end = max((s.offset + s.nbytes for seg in seg_sigs for s in seg.constants), default=0)
-    if end > len(data_blob):
+    if data_blob is not None and end > len(data_blob):
         raise NnError(ErrorStatus.GENERAL_FAILURE, "xla data cache is shorter than its constants")
     payloads = prog.split_payloads(payload)
     if len(payloads) != len(seg_sigs) or not seg_sigs:
         raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla model cache has {len(payloads)} executables for "
                                                    f"{len(seg_sigs)} sub-models")
-    with ThreadPoolExecutor(min(len(payloads), os.cpu_count() or 1)) as pool:
-        loading = [pool.submit(prog.deserialize, p, s.n_args, s.n_results) for s, p in zip(seg_sigs, payloads)]
-        constants = prog.shared_constants(shared_as) if shared_as is not None else None
+    keys = [prog.executable_key(p) for p in payloads]
+    return Decoded(sig, seg_sigs, stage, preference, priority, model, keys), payloads
+
+
+def from_artifacts(model_blob: memoryview, data_blob: memoryview | None, verified: bytes | None = None,
+                   uid: int = 0, held: prog.Constants | None = None):
+    """(model, signature, segments, stage, preference, priority, device constants) from verified
+    artifacts; no tracing, no compilation. `verified`: the SHA-256 the registry vouched for, which
+    names the content: what this process decoded of it before is reused, as are the constants an
+    earlier load by app `uid` placed while they are alive (`held`: found so already, `data_blob` None).
+
+    XLA loads (links) executables with the GIL released, so they load on worker threads while
+    this thread places the constants on the device.
+    """
+    decoded = DECODED.get(verified) if verified is not None else None
+    payloads: list[memoryview] | None = None
+    if decoded is None:
+        decoded, payloads = _decode(model_blob, data_blob)
+        if verified is not None:
+            DECODED.put(verified, decoded)
+    executables = [prog.LOADED.get(k) for k in decoded.executable_keys]
+    missing = [k for k, exe in enumerate(executables) if exe is None]
+    if missing and payloads is None:
+        payloads = prog.split_payloads(prog.unpack_model_cache(model_blob)[2])
+    with ThreadPoolExecutor(min(len(missing), os.cpu_count() or 1)) if missing else nullcontext() as pool:
+        loading = {k: pool.submit(prog.deserialize, payloads[k], decoded.seg_sigs[k].n_args,
+                                  decoded.seg_sigs[k].n_results, decoded.executable_keys[k]) for k in missing}
+        shared_as = (uid, verified) if verified is not None else None
+        constants = held if held is not None else prog.shared_constants(shared_as) if shared_as else None
         if constants is None:
-            try:
-                model = model_from_bytes(bytes(structure))
-            except (NnError, ValueError, KeyError, TypeError) as e:
-                raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla model cache cannot be decoded: {e}") from None
-            constants = prog.device_constants(data_blob, seg_sigs, model)
+            if data_blob is None:
+                raise NnError(ErrorStatus.GENERAL_FAILURE, "xla data cache was not read")
+            constants = prog.device_constants(data_blob, decoded.seg_sigs, decoded.structure)
             if shared_as is not None:
                 constants = prog.share_constants(shared_as, constants)
-        pools = [MemoryPool(pointer=data_blob)] if len(data_blob) else []
-        model = dataclasses.replace(constants.structure, pools=pools)
         try:
-            segments = [(s, f.result()) for s, f in zip(seg_sigs, loading)]
+            for k, future in loading.items():
+                executables[k] = future.result()
         except Exception as e:
             raise NnError(ErrorStatus.GENERAL_FAILURE,
                           f"xla executable cannot be loaded: {type(e).__name__}: {e}") from None
-    return model, sig, segments, stage, preference, priority, constants
+    pools = [MemoryPool(pointer=constants.data)] if constants.data.nbytes else []
+    model = dataclasses.replace(constants.structure, pools=pools)
+    return (model, decoded.sig, list(zip(decoded.seg_sigs, executables)), decoded.stage, decoded.preference,
+            decoded.priority, constants)

@@ -146,13 +146,19 @@ class XlaDevice(DriverDevice):
         from . import program
         program.share_constants((uid, digest), prepared.constants)
 
+    def holds(self, job: CompileJob, digest: bytes) -> bool:
+        """A preparation of this app still holds the constants of that content on the device."""
+        from . import program
+        job.held = program.shared_constants((job.uid, digest))
+        return job.held is not None
+
     def load(self, model_blobs, data_blobs, job: CompileJob):
         """A prepared model from verified artifacts; a quick-stage model rewrites them after the
         optimised compile (through `job.keep_cache()`)."""
         from . import cache
         from .prepared_model import XlaPreparedModel
         model, sig, segments, stage, preference, priority, constants = cache.from_artifacts(
-            model_blobs[0], data_blobs[0], (job.uid, job.verified) if job.verified is not None else None)
+            model_blobs[0], data_blobs[0] if data_blobs is not None else None, job.verified, job.uid, job.held)
         return XlaPreparedModel(model, sig, segments, stage, preference, priority,
                                 optimize_after=self.optimize_after,
                                 on_optimized=job.keep_cache() if stage == "quick" else None, constants=constants)
