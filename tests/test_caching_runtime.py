@@ -373,6 +373,32 @@ def test_stale_changed_weights_in_app_memory(tmp_path, n):
     _check_fc(c, w2)
 
 
+def test_a_finished_models_structure_is_hashed_once_and_its_weights_at_every_compilation(monkeypatch):
+    """The runtime hashes a finished model's structure once per model object (nothing changes it) and
+    the app's weights every time (the app may rewrite their memory); the memo keeps no model alive."""
+    import gc
+    import weakref
+    from nnapi.caching import fingerprint
+    w = np.ones((4, 40), np.float32)
+    memory = nnapi.Memory.ashmem(w.nbytes)
+    model = _fc_model(w, memory)
+    hal_model = model.to_hal()
+    serialized = []
+    original = fingerprint.model_to_bytes
+    monkeypatch.setattr(fingerprint, "model_to_bytes", lambda m: serialized.append(1) or original(m))
+    first = content_fingerprint(hal_model)
+    assert content_fingerprint(hal_model) == first and len(serialized) == 1
+    memory.mapped().view(0, w.nbytes)[:] = (-w).tobytes()
+    changed = content_fingerprint(hal_model)
+    assert changed != first and len(serialized) == 1
+    assert fingerprint.model_fingerprint(hal_model) == changed and len(serialized) == 2  # (the full hash)
+    gone = weakref.ref(hal_model)
+    del hal_model, model
+    gc.collect()
+    assert gone() is None
+    memory.close()
+
+
 def test_app_weights_are_mapped_once_for_the_fingerprint_and_let_go_of_with_their_memory():
     """Each compilation fingerprints the app's weights (the token hashes them); from 256 KiB they stay
     mapped between compilations instead of being mapped and faulted in again each time, until the app

@@ -37,8 +37,9 @@ NDK_PRIORITY = {0: 90, 1: 100, 2: 110}
 def content_fingerprint(model: hal.Model) -> bytes:
     """A fast (xxh3-128) hash of the partition's structure and constant values, not of pool handles.
     The app's weights are hashed at every compilation, so their memory stays mapped (`map_pool_kept`:
-    a fresh mapping of 14 MB costs 1 ms of page faults each time)."""
-    return model_fingerprint(model, map_pool_kept)
+    a fresh mapping of 14 MB costs 1 ms of page faults each time); the structure of a finished model
+    never changes, so it is hashed once per model object."""
+    return model_fingerprint(model, map_pool_kept, fixed=True)
 
 
 def device_token(app_token: bytes, operations: list[int] | None, device_name: str, device_version: str,
