@@ -40,3 +40,16 @@ def test_a_file_beyond_the_limit_is_refused() -> None:
         with pytest.raises(NnError) as e:
             read_file(f.fileno(), 99)
     assert e.value.status == ErrorStatus.GENERAL_FAILURE and "exceeds the limit" in e.value.message
+
+
+def test_a_large_buffer_has_its_pages_before_it_is_written() -> None:
+    """Fresh or reused from the heap, a large buffer comes with every page in memory: filling it (as a
+    cache read does) takes no page fault."""
+    import resource
+
+    for _ in range(3):  # (the first is fresh memory; later ones may come back from the heap)
+        arr = np.frombuffer(aligned_buffer(8 * PREFAULTED_BYTES), np.uint8)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        arr[:] = 7
+        assert resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before < 16
+        del arr

@@ -46,9 +46,10 @@ def state_dir() -> Path:
     else:
         base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
         path = Path(base) / "nnapi"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    if not path.is_dir():
-        raise NotADirectoryError(f"state directory {path} is not a directory")
+    if not os.path.isdir(path):  # (one stat when it is there: asked at every compilation)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if not path.is_dir():
+            raise NotADirectoryError(f"state directory {path} is not a directory")
     return path
 
 
