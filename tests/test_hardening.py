@@ -1,8 +1,8 @@
 """Regressions of the adversarial audit (issue 17): each test failed before its fix.
 
 Planted symlinks in a cache directory, timeouts beyond any clock, tensors known only at run time
-that exceed the memory limit, an unusable state directory, one token cached in two directories,
-a cache another process has not finished writing.
+that exceed the memory limit, a sampling ratio of 2^31 - 1, an unusable state directory, one token
+cached in two directories, a cache another process has not finished writing.
 """
 from __future__ import annotations
 
@@ -143,6 +143,45 @@ def test_a_tensor_larger_than_the_machine_allows_is_refused_before_allocating():
     with pytest.raises(nnapi.NnError) as err:
         c.execute([np.ones(4, np.float32), np.array([2**30], np.int32)])
     assert err.value.status == nnapi.ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT
+
+
+def roi_align_model(width_ratio: int) -> nnapi.Model:
+    """ROI_ALIGN of one 2x2 roi over a 1x4x4x1 image into 2x2 bins, with this width sampling ratio."""
+    m = nnapi.Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, (1, 4, 4, 1))
+    rois = m.add_operand(T.TENSOR_FLOAT32, (1, 4))
+    m.set_operand_value(rois, np.array([[0, 0, 2, 2]], np.float32))
+    batches = m.add_operand(T.TENSOR_INT32, (1,))
+    m.set_operand_value(batches, np.array([0], np.int32))
+    params = []
+    for t, v in ((T.INT32, 2), (T.INT32, 2), (T.FLOAT32, 1.0), (T.FLOAT32, 1.0), (T.INT32, 2),
+                 (T.INT32, width_ratio), (T.BOOL, False)):
+        params.append(m.add_operand(t))
+        m.set_operand_value(params[-1], v)
+    y = m.add_operand(T.TENSOR_FLOAT32, (1, 2, 2, 1))
+    m.add_operation(Op.ROI_ALIGN, [x, rois, batches, *params], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+def test_a_sampling_ratio_of_2_31_takes_no_memory_and_stops_at_the_deadline():
+    """ROI_ALIGN's sampling ratio is any INT32: 2^31 - 1 once built (out, ratio) arrays of 16 GiB and
+    more (found by `make fuzz`: the process was killed for memory); now the samples are taken one at
+    a time and the work stops at its deadline."""
+    import resource
+    import time
+    image = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    small = nnapi.Compilation(roi_align_model(2), devices=["reference"]).finish().execute([image])[0]
+    assert small.shape == (1, 2, 2, 1) and np.isfinite(small).all()
+    c = nnapi.Compilation(roi_align_model(2**31 - 1), devices=["reference"]).finish()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.monotonic()
+    with pytest.raises(nnapi.NnError) as err:
+        c.execute([image], timeout=0.5)
+    assert err.value.status == nnapi.ErrorStatus.MISSED_DEADLINE_TRANSIENT
+    assert time.monotonic() - start < 5
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 << 10  # (KiB: under 256 MiB)
 
 
 def test_an_unusable_state_directory_turns_caching_off_not_the_device(tmp_path, monkeypatch, caplog):

@@ -6,7 +6,9 @@ TENSOR_INT32 [R], output height INT32, output width INT32, height stride, width 
 (0 = adaptive ceil(roi size / output size)), layout BOOL). Output [R, out_h, out_w, C].
 
 Each output bin averages sampling ratio_h x ratio_w bilinear samples at the centres of a
-regular sub-grid of the bin; samples past the last row/column clamp to it. Quantized inputs
+regular sub-grid of the bin; samples past the last row/column clamp to it. The samples are taken
+one at a time with a QoS checkpoint every few (any INT32 ratio is legal: memory stays bounded, and
+a deadline stops the work). Quantized inputs
 take TENSOR_QUANT16_ASYMM rois (scale 0.125, zero point 0); the interpolation weights are
 quantized to 1/255 steps and the int32 sums requantized in fixed point, as Android does.
 float16 is computed in float32. R may be 0 (zero-sized output).
@@ -14,10 +16,12 @@ float16 is computed in float32. R may be 0 (zero-sized output).
 from __future__ import annotations
 
 import math
+from typing import Iterator
 
 import numpy as np
 
 from ..hal import OperandType as T, OperationType as Op
+from ..qos import checkpoint
 from ._padding import from_nhwc, join_dims, split_dims, to_nhwc
 from ._quant import as_float32, multiply_by_quantized_multiplier, quantize_multiplier, round_half_away
 from .context import OpContext, UnknownValue
@@ -112,20 +116,26 @@ def check_roi(ctx: OpContext, r: int, batch: int, num_batches: int, box, in_h: i
                        f"{in_h}x{in_w} feature map")
 
 
-def _sample_axis(start: np.float32, step: np.float32, bin_size: np.float32, out: int, ratio: int,
-                 in_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per (output index, sample index): lower pixel, upper pixel, fraction (float32), with the
-    last-pixel clamping of Android's loop."""
-    i = np.arange(out, dtype=np.float32)[:, None]
-    k = np.arange(ratio, dtype=np.float32)[None, :]
-    pos = (step * i + start) + bin_size / np.float32(2) + bin_size * k
-    lo = np.floor(pos).astype(np.int64)
-    frac = (pos - lo.astype(np.float32)).astype(np.float32)
-    edge = lo >= in_size - 1
-    lo = np.where(edge, in_size - 1, lo)
-    hi = np.where(edge, in_size - 1, lo + 1)
-    frac = np.where(edge, np.float32(0), frac)
-    return lo, hi, frac
+def _samples(start: np.float32, step: np.float32, bin_size: np.float32, out: int, ratio: int,
+             in_size: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per sample index, for every output index: lower pixel, upper pixel, fraction (float32), with
+    the last-pixel clamping of Android's loop. One sample at a time: a sampling ratio is any INT32,
+    so memory stays that of one row of samples."""
+    base = (step * np.arange(out, dtype=np.float32) + start) + bin_size / np.float32(2)
+    for k in range(ratio):
+        pos = base + bin_size * np.float32(k)
+        lo = np.floor(pos).astype(np.int64)
+        frac = (pos - lo.astype(np.float32)).astype(np.float32)
+        edge = lo >= in_size - 1
+        yield (np.where(edge, in_size - 1, lo), np.where(edge, in_size - 1, lo + 1),
+               np.where(edge, np.float32(0), frac))
+
+
+#: Samples taken between two QoS checkpoints (deadline, preemption): a sampling ratio of 2^31 - 1 is
+#: legal, and its work is then stopped at the deadline instead of running for hours.
+_SAMPLES_PER_CHECKPOINT = 64
+#: Up to this width sampling ratio, the samples along the width are worked out once per roi.
+_KEPT_SAMPLES = 64
 
 
 def _execute(ctx: OpContext) -> list[np.ndarray]:
@@ -164,15 +174,20 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
         h_ratio = h_ratio_param if h_ratio_param > 0 else int(math.ceil(h_step))
         w_bin = np.float32(w_step / np.float32(w_ratio))
         h_bin = np.float32(h_step / np.float32(h_ratio))
-        ylo, yhi, dy1 = _sample_axis(y1, h_step, h_bin, out_h, h_ratio, in_h)
-        xlo, xhi, dx1 = _sample_axis(x1, w_step, w_bin, out_w, w_ratio, in_w)
-        dy2, dx2 = np.float32(1) - dy1, np.float32(1) - dx1
         img = xq[batches[r]] if quant else xf[batches[r]]
         acc = np.zeros((out_h, out_w, depth), np.int64 if quant else np.float32)
-        for a in range(h_ratio):
-            for b in range(w_ratio):
-                ya, yb, fy1, fy2 = ylo[:, a], yhi[:, a], dy1[:, a, None, None], dy2[:, a, None, None]
-                xa, xb, fx1, fx2 = xlo[:, b], xhi[:, b], dx1[None, :, b, None], dx2[None, :, b, None]
+        width = (lambda: _samples(x1, w_step, w_bin, out_w, w_ratio, in_w))
+        kept = list(width()) if w_ratio <= _KEPT_SAMPLES else None
+        taken = 0
+        for ya, yb, dy1 in _samples(y1, h_step, h_bin, out_h, h_ratio, in_h):
+            fy1 = dy1[:, None, None]
+            fy2 = np.float32(1) - fy1
+            for xa, xb, dx1 in (kept if kept is not None else width()):
+                taken += 1
+                if taken % _SAMPLES_PER_CHECKPOINT == 0:
+                    checkpoint("ROI_ALIGN sampling")
+                fx1 = dx1[None, :, None]
+                fx2 = np.float32(1) - fx1
                 ws = (fx2 * fy2, fx1 * fy2, fx2 * fy1, fx1 * fy1)
                 vals = (img[ya][:, xa], img[ya][:, xb], img[yb][:, xa], img[yb][:, xb])
                 if quant:
