@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 import nnapi
 from nnapi import OperandType as T, OperationType as Op
 from nnapi.hal import (DataLocation, ErrorStatus, MeasureTiming, MemoryPool, NnError, Request, RequestArgument)
-from nnapi.memory import allocate_ashmem
+from nnapi.memory import allocate_ashmem, close_handle
 
 from conftest import fuzz_examples
 
@@ -138,7 +138,15 @@ pool = st.tuples(st.sampled_from(["pointer", "ashmem", "token", "readonly"]), st
        pools=st.lists(pool, max_size=4))
 def test_random_requests_give_results_or_nn_errors_and_stay_in_their_regions(device, executor, inputs, outputs,
                                                                              pools):
-    hal_pools, guards = [], []
+    hal_pools, guards, handles = [], [], []
+    try:
+        _run_random_request(device, executor, inputs, outputs, pools, hal_pools, guards, handles)
+    finally:
+        for handle in handles:          # plain HAL data: the client closes its descriptors
+            close_handle(handle)
+
+
+def _run_random_request(device, executor, inputs, outputs, pools, hal_pools, guards, handles) -> None:
     for kind, size, token in pools:
         if kind == "token":
             hal_pools.append(MemoryPool(token=token))
@@ -152,6 +160,7 @@ def test_random_requests_give_results_or_nn_errors_and_stay_in_their_regions(dev
             guards.append(buf)
             continue
         handle = allocate_ashmem(max(size, 1))
+        handles.append(handle)
         hal_pools.append(MemoryPool(handle=handle))
     args = [[RequestArgument(bool(no_value), DataLocation(p, off, length), tuple(d))
              for no_value, p, off, length, d in group] for group in (inputs, outputs)]

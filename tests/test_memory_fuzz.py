@@ -6,6 +6,10 @@ around every region stay intact).
 """
 from __future__ import annotations
 
+import contextlib
+import os
+from typing import Iterator
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings, strategies as st
 
@@ -14,7 +18,7 @@ from nnapi import Memory, MemoryDesc, OperandType as T, OperationType as Op
 from nnapi.drivers.reference import ReferenceDevice
 from nnapi.hal import (BufferDesc, BufferRole, DataLocation, ErrorStatus, ExecutionPreference, MeasureTiming, MemoryPool,
                        NnError, Priority, Request, RequestArgument)
-from nnapi.memory import HardwareBuffer, HardwareBufferFormat, allocate_ashmem, map_handle
+from nnapi.memory import HardwareBuffer, HardwareBufferFormat, allocate_ashmem, close_handle, map_handle
 
 from conftest import fuzz_examples
 
@@ -84,9 +88,31 @@ def test_allocate_with_random_roles(dims, inputs, outputs, n_models):
     assert all(0.0 < f <= 1.0 for _, f in roles)
 
 
+#: The pools an example has made, closed when it ends (`_closing_pools`): HAL handles are plain data
+#: whose descriptors their owner closes, so an example that dropped them would leak two per run.
+_OPEN: list = []
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@contextlib.contextmanager
+def _closing_pools() -> Iterator[None]:
+    """Close every pool made inside; the driver must then hold no descriptor of them either."""
+    before = _open_descriptors()
+    try:
+        yield
+    finally:
+        while _OPEN:
+            close_handle(_OPEN.pop())
+    assert _open_descriptors() <= before, "the driver kept a descriptor of a pool the client closed"
+
+
 def _region_pool(size: int, payload: bytes | None = None):
-    """An ashmem pool of `size` bytes, all canary except an optional payload at 0."""
+    """An ashmem pool of `size` bytes, all canary except an optional payload at 0 (closed by `_closing_pools`)."""
     handle = allocate_ashmem(max(size, 1))
+    _OPEN.append(handle)
     mapped = map_handle(handle)
     mapped.write_bytes(0, bytes([CANARY]) * max(size, 1))
     if payload:
@@ -98,6 +124,7 @@ def _region_pool(size: int, payload: bytes | None = None):
 @given(pool_size=st.integers(1, 96),
        args=st.lists(st.tuples(st.integers(0, 100), st.integers(0, 100), dims_st), min_size=6, max_size=6),
        use_token=st.booleans(), token_dims=dims_st, init_rows=st.integers(0, 3))
+@_closing_pools()
 def test_requests_with_random_regions(pool_size, args, use_token, token_dims, init_rows):
     """Four inputs, two outputs, each in a random region of one shared pool (or one in a buffer)."""
     model = prepared()
@@ -140,6 +167,7 @@ def test_requests_with_random_regions(pool_size, args, use_token, token_dims, in
 
 @FUZZ
 @given(memory_size=st.integers(1, 64), dims=dims_st, dynamic=st.booleans(), copy_dims=dims_st)
+@_closing_pools()
 def test_buffer_copies_with_random_sizes_and_dims(memory_size, dims, dynamic, copy_dims):
     model = prepared()
     try:
