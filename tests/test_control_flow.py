@@ -30,22 +30,22 @@ def _graph(op: Op, n_inputs: int, out_type: T, extra_const=None) -> nnapi.Model:
     return m
 
 
-def _while_model() -> nnapi.Model:
-    """i = i0; while i < n: i += 1; return i."""
-    cond = _graph(Op.LESS, 2, T.TENSOR_BOOL8)
-    body = _graph(Op.ADD, 2, T.TENSOR_INT32, extra_const=1)
+def _loop(cond: nnapi.Model, body: nnapi.Model) -> nnapi.Model:
+    """i = i0; while cond(i, n): i = body(i, n); return i (over int32 [1] inputs i0 and n)."""
     m = nnapi.Model()
-    c = m.add_operand(T.SUBGRAPH)
-    b = m.add_operand(T.SUBGRAPH)
+    c, b = m.add_operand(T.SUBGRAPH), m.add_operand(T.SUBGRAPH)
     m.set_operand_value_from_model(c, cond)
     m.set_operand_value_from_model(b, body)
-    i0 = m.add_operand(T.TENSOR_INT32, (1,))
-    n = m.add_operand(T.TENSOR_INT32, (1,))
-    out = m.add_operand(T.TENSOR_INT32, (1,))
+    i0, n, out = (m.add_operand(T.TENSOR_INT32, (1,)) for _ in range(3))
     m.add_operation(Op.WHILE, [c, b, i0, n], [out])
     m.identify_inputs_and_outputs([i0, n], [out])
     m.finish()
     return m
+
+
+def _while_model() -> nnapi.Model:
+    """i = i0; while i < n: i += 1; return i."""
+    return _loop(_graph(Op.LESS, 2, T.TENSOR_BOOL8), _graph(Op.ADD, 2, T.TENSOR_INT32, extra_const=1))
 
 
 DEVICES = ["reference", "xla"]
@@ -69,16 +69,16 @@ def test_while_counts_up(device):
 def test_xla_loop_budget_grows_until_the_loop_ends_and_is_kept():
     """More iterations than the first budget: the program runs again with a larger budget (same
     result as one long run), and the next execution starts from the budget that sufficed."""
-    from nnapi.drivers.xla.prepared_model import FIRST_LOOP_BUDGET
+    from nnapi.drivers.base.loops import FIRST_LOOP_ITERATIONS
     c = _compile(_while_model(), "xla")
     prepared = c.steps[0].prepared
-    n = 10 * FIRST_LOOP_BUDGET + 7
+    n = 10 * FIRST_LOOP_ITERATIONS + 7
     (y,) = c.execute([np.array([0], np.int32), np.array([n], np.int32)])
     assert y.tolist() == [n]
-    kept = prepared._loop_budgets[0]
+    kept = prepared._loop_budgets[0].kept
     assert kept >= n
     (y,) = c.execute([np.array([5], np.int32), np.array([n], np.int32)])
-    assert y.tolist() == [n] and prepared._loop_budgets[0] == kept
+    assert y.tolist() == [n] and prepared._loop_budgets[0].kept == kept
 
 
 def test_xla_loop_program_is_cached(tmp_path):
@@ -184,16 +184,7 @@ def _gather_loop_model() -> nnapi.Model:
     body.add_operation(Op.GATHER, [table, axis, i], [nxt])
     body.identify_inputs_and_outputs([i, n], [nxt])
     body.finish()
-    m = nnapi.Model()
-    c, b = m.add_operand(T.SUBGRAPH), m.add_operand(T.SUBGRAPH)
-    m.set_operand_value_from_model(c, cond)
-    m.set_operand_value_from_model(b, body)
-    i0, limit = m.add_operand(T.TENSOR_INT32, (1,)), m.add_operand(T.TENSOR_INT32, (1,))
-    out = m.add_operand(T.TENSOR_INT32, (1,))
-    m.add_operation(Op.WHILE, [c, b, i0, limit], [out])
-    m.identify_inputs_and_outputs([i0, limit], [out])
-    m.finish()
-    return m
+    return _loop(cond, body)
 
 
 @pytest.mark.parametrize("device", ["reference", "openvino", "xla"])
@@ -244,3 +235,77 @@ def test_an_index_out_of_range_fails_only_in_the_branch_taken(device):
     assert run(False, 7) == [107]  # the GATHER of the branch not taken would be out of range
     with pytest.raises(nnapi.NnError, match=r"GATHER: input 2 \(indices\) holds .*out of range \[0, 5\)"):
         run(True, 7)
+
+
+def _nested_while_model() -> nnapi.Model:
+    """i = i0; while i < n: (k = 0; while k < i: k += 1); i = k + 1; return i: the inner loop runs i
+    times per outer iteration, so a run with budget b costs about b^2 / 2 iterations."""
+    body = nnapi.Model()
+    i, n = body.add_operand(T.TENSOR_INT32, (1,)), body.add_operand(T.TENSOR_INT32, (1,))
+    c, b = body.add_operand(T.SUBGRAPH), body.add_operand(T.SUBGRAPH)
+    body.set_operand_value_from_model(c, _graph(Op.LESS, 2, T.TENSOR_BOOL8))
+    body.set_operand_value_from_model(b, _graph(Op.ADD, 2, T.TENSOR_INT32, extra_const=1))
+    zero, one = body.add_operand(T.TENSOR_INT32, (1,)), body.add_operand(T.TENSOR_INT32, (1,))
+    body.set_operand_value(zero, np.array([0], np.int32))
+    body.set_operand_value(one, np.array([1], np.int32))
+    act = body.add_operand(T.INT32)
+    body.set_operand_value(act, 0)
+    k, nxt = body.add_operand(T.TENSOR_INT32, (1,)), body.add_operand(T.TENSOR_INT32, (1,))
+    body.add_operation(Op.WHILE, [c, b, zero, i], [k])
+    body.add_operation(Op.ADD, [k, one, act], [nxt])
+    body.identify_inputs_and_outputs([i, n], [nxt])
+    body.finish()
+    return _loop(_graph(Op.LESS, 2, T.TENSOR_BOOL8), body)
+
+
+ALL_DEVICES = ["reference", "xla", "openvino"]
+
+
+@pytest.mark.parametrize("device", ALL_DEVICES)
+def test_nested_loops_give_what_one_long_run_gives(device):
+    """The inner loop runs up to 300 times per entry: more than the first budget of a program with
+    two nested loops (32), so compiled programs run again with larger budgets."""
+    c = _compile(_nested_while_model(), device)
+    assert c.execute([np.array([0], np.int32), np.array([300], np.int32)])[0].tolist() == [300]
+    assert c.execute([np.array([7], np.int32), np.array([5], np.int32)])[0].tolist() == [7]
+
+
+def _timed_endless(model: nnapi.Model, device: str, *, loop_timeout: float | None = None,
+                   timeout: float | None = None) -> float:
+    """Seconds until an endless loop (n = 2^31 - 1) fails; asserts it is a transient deadline miss."""
+    c = _compile(model, device)
+    c.execute([np.array([0], np.int32), np.array([3], np.int32)])  # (first-run costs out of the way)
+    e = nnapi.Execution(c)
+    if loop_timeout is not None:
+        e.set_loop_timeout(loop_timeout)
+    if timeout is not None:
+        e.set_timeout(timeout)
+    e.set_input(0, np.array([0], np.int32))
+    e.set_input(1, np.array([2**31 - 1], np.int32))
+    e.set_output(0, np.zeros(1, np.int32))
+    start = time.monotonic()
+    with pytest.raises(nnapi.NnError) as err:
+        e.compute()
+    assert err.value.status == nnapi.ErrorStatus.MISSED_DEADLINE_TRANSIENT, err.value
+    return time.monotonic() - start
+
+
+@pytest.mark.parametrize("device", ALL_DEVICES)
+def test_nested_loops_end_by_their_loop_timeout_not_after_it(device):
+    """A compiled run cannot be stopped, and nested loops cost the square of their budget: the next
+    budget is sized on the growth seen, so the execution ends near the loop timeout (it ended after
+    7 s on xla and 12 s on openvino when budgets were sized as if run time grew linearly)."""
+    assert _timed_endless(_nested_while_model(), device, loop_timeout=2.0) < 2.0 * 1.5
+
+
+@pytest.mark.parametrize("device", ALL_DEVICES)
+def test_loops_end_by_the_execution_deadline_before_their_loop_timeout(device):
+    """A 1 s deadline and the default 2 s loop timeout: budgets are sized to the deadline, the sooner
+    of the two (sized to the loop timeout, the last run ended after 6.5 s on xla, 11.7 s on openvino)."""
+    assert _timed_endless(_nested_while_model(), device, timeout=1.0) < 1.0 * 1.5
+
+
+def test_loop_depth_counts_nested_while_through_subgraphs():
+    from nnapi.drivers.base.loops import LoopBudget, loop_depth
+    assert [loop_depth(m.to_hal()) for m in (_while_model(), _nested_while_model())] == [1, 2]
+    assert (LoopBudget(1, 2**31 - 1).first, LoopBudget(2, 2**31 - 1).first) == (1024, 32)

@@ -184,6 +184,28 @@ def test_a_sampling_ratio_of_2_31_takes_no_memory_and_stops_at_the_deadline():
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 << 10  # (KiB: under 256 MiB)
 
 
+@pytest.mark.parametrize("device", ["reference", "xla", "openvino"])
+def test_float_overflow_is_inf_without_a_warning_on_the_apps_stderr(device):
+    """IEEE arithmetic, as Android's C++ kernels: 1e30 * 1e30 is inf. The reference driver's numpy
+    kernels printed RuntimeWarnings to the app's stderr, and an app that runs with warnings as
+    errors (pytest -W error) got GENERAL_FAILURE (found by a scalar-extremes sweep over WHILE)."""
+    import warnings
+    m = nnapi.Model()
+    a, b = m.add_operand(T.TENSOR_FLOAT32, (3,)), m.add_operand(T.TENSOR_FLOAT32, (3,))
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    prod, total = m.add_operand(T.TENSOR_FLOAT32, (3,)), m.add_operand(T.TENSOR_FLOAT32, (3,))
+    m.add_operation(Op.MUL, [a, b, act], [prod])
+    m.add_operation(Op.ADD, [prod, prod, act], [total])
+    m.identify_inputs_and_outputs([a, b], [total])
+    m.finish()
+    c = nnapi.Compilation(m, devices=[device]).finish()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (y,) = c.execute([np.array([1e30, -1e30, 2.0], np.float32), np.array([1e30, 1e30, 3.0], np.float32)])
+    assert y.tolist() == [np.inf, -np.inf, 12.0]
+
+
 def test_an_unusable_state_directory_turns_caching_off_not_the_device(tmp_path, monkeypatch, caplog):
     not_a_dir = tmp_path / "state"
     not_a_dir.write_text("a regular file where the state directory should be")

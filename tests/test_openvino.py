@@ -505,15 +505,15 @@ def test_loop_budget_grows_until_the_loop_ends_and_is_kept():
     """More iterations than the first budget: the graph runs again with a larger budget (the same
     result as one long run), and the next execution starts from the budget that sufficed."""
     from test_control_flow import _while_model
-    from nnapi.drivers.openvino.prepared_model import FIRST_LOOP_BUDGET
+    from nnapi.drivers.base.loops import FIRST_LOOP_ITERATIONS
     c = nnapi.Compilation(_while_model(), devices=["openvino"]).finish()
     prepared = c.steps[0].prepared
-    n = 10 * FIRST_LOOP_BUDGET + 7
+    n = 10 * FIRST_LOOP_ITERATIONS + 7
     assert c.execute([np.array([0], np.int32), np.array([n], np.int32)])[0].tolist() == [n]
-    kept = prepared._loop_budget
+    kept = prepared._loop_budget.kept
     assert kept >= n
     assert c.execute([np.array([5], np.int32), np.array([n], np.int32)])[0].tolist() == [n]
-    assert prepared._loop_budget == kept
+    assert prepared._loop_budget.kept == kept
 
 
 def test_endless_loop_is_a_transient_deadline_miss_at_the_loop_timeout():

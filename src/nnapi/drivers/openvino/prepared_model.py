@@ -8,9 +8,9 @@ an execution with a deadline waits on it until the deadline and then cancels it
 (`InferRequest.cancel()`), failing with MISSED_DEADLINE_TRANSIENT.
 
 A graph with WHILE loops takes an iteration budget as its last input and tells whether a loop ran out
-of it as its last output (`graph.build`): the execution runs again with a larger budget, about as
-large as the rest of the loop timeout allows, until no loop runs out, or fails with
-MISSED_DEADLINE_TRANSIENT once the loop timeout has passed.
+of it as its last output (`graph.build`): the execution runs again with a larger budget, as large as
+the rest of the loop timeout and the deadline allow (`base.loops`), until no loop runs out, or fails
+with MISSED_DEADLINE_TRANSIENT when the loops cannot finish in time.
 """
 from __future__ import annotations
 
@@ -23,12 +23,12 @@ import openvino as ov
 
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
 from ..base import Binding, DriverPreparedModel
+from ..base.loops import LoopBudget, loop_depth
 from .graph import check_outputs
 from .lowering import writable_alias
 
-#: Iterations each loop may run in the first run of a graph with loops, the most it ever gets, and
-#: how much the budget grows at most from one run to the next.
-FIRST_LOOP_BUDGET = 1 << 10
+#: The most iterations a loop may run per entry in one run of a graph with loops, and how much the
+#: budget grows at most from one run to the next.
 MAX_LOOP_BUDGET = 1 << 40
 LOOP_BUDGET_GROWTH = 16.0
 #: Inputs and outputs up to this size are copied into and out of the request's own tensors: a copy costs
@@ -86,7 +86,7 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         self.has_budget = has_budget
         #: (output index, one message per flag) of the graph's run-time checks (after the ran-out flag).
         self._checks = check_outputs(compiled, self._n_out + int(has_budget))
-        self._loop_budget = FIRST_LOOP_BUDGET
+        self._loop_budget = LoopBudget(loop_depth(model), MAX_LOOP_BUDGET, LOOP_BUDGET_GROWTH)
         self._idle: list[_Request] = []
         self._lock = threading.Lock()
 
@@ -226,25 +226,13 @@ class OpenVinoPreparedModel(DriverPreparedModel):
 
     def _infer_with_budget(self, r: ov.InferRequest, binding: Binding) -> None:
         """Run until no loop runs out of its iteration budget (see the module doc)."""
-        timeout = binding.loop_timeout_ns
-        budget = self._loop_budget
-        start = time.monotonic_ns()
-        while True:
-            run_start = time.monotonic_ns()
+        def attempt(budget: int) -> tuple[bool, None]:
             r.set_input_tensor(self._n_in, ov.Tensor(np.array(budget, np.int64)))
             self._infer(r, binding.deadline)
             self._raise_failed_checks(r)  # (a failed check ends the execution, however the loops went)
-            if not bool(r.get_output_tensor(self._n_out).data):
-                self._loop_budget = budget
-                return
-            now = time.monotonic_ns()
-            if now - start >= timeout or budget >= MAX_LOOP_BUDGET:
-                raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                              f"WHILE: loop ran longer than its timeout of {timeout / 1e9:g} s ({budget} iterations)")
-            binding.checkpoint("WHILE loop")  # preemption and the deadline (QoS) between runs
-            remaining, last = timeout - (now - start), max(now - run_start, 1)
-            factor = min(LOOP_BUDGET_GROWTH, 1.0 + remaining / last)
-            budget = min(MAX_LOOP_BUDGET, max(budget + 1, int(budget * factor)))
+            return bool(r.get_output_tensor(self._n_out).data), None
+
+        self._loop_budget.run(attempt, binding)
 
     def _preemptible_infer(self, r: ov.InferRequest, binding: Binding) -> None:
         """One inference that the scheduler may stop (`InferRequest.cancel()`) for higher-priority work:

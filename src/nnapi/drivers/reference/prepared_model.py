@@ -53,5 +53,6 @@ class ReferencePreparedModel(DriverPreparedModel):
         main = self.model.main
         values: dict[int, np.ndarray | None] = {index: binding.input(k) for k, index in enumerate(main.input_indexes)}
         executor = ModelExecutor(self.referenced, None, binding.loop_timeout_ns, binding.check_allocation)
-        self.main.run(values, None, executor)
+        with np.errstate(all="ignore"):  # IEEE arithmetic, as the C++ kernels: overflow gives inf, silently
+            self.main.run(values, None, executor)
         return [values[i] for i in main.output_indexes]

@@ -7,8 +7,8 @@ fail, not hang. So a program with loops takes one more argument, an iteration bu
 returns one more result, whether any loop stopped because the budget ran out. Each loop runs at
 most `budget` iterations (per entry into it); the prepared model runs the program again with a
 larger budget when one ran out, until the loops finish or the loop timeout has passed
-(`XlaPreparedModel._run_with_budget`). Runs are pure functions of their arguments, so a repeated run
-gives exactly what one long run would have.
+(`drivers.base.loops` sizes each budget to end before the loop timeout and the deadline). Runs are
+pure functions of their arguments, so a repeated run gives exactly what one long run would have.
 """
 from __future__ import annotations
 

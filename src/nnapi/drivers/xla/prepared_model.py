@@ -18,14 +18,14 @@ priorities, deadlines); between sub-models the run reaches a `qos.checkpoint`, w
 may preempt it for higher-priority work or abort it at its deadline (Q3, Q6).
 
 WHILE loops: a sub-model with loops runs with an iteration budget (`control_flow`); when a loop
-runs out of it, the sub-model runs again with a larger one, until the loops finish or the
-execution's loop timeout has passed (MISSED_DEADLINE_TRANSIENT). The budget that sufficed is kept
-for the next execution, so steady-state executions run once.
+runs out of it, the sub-model runs again with a larger one, sized so that the run ends before the
+loop timeout and the deadline (`base.loops`), until the loops finish (MISSED_DEADLINE_TRANSIENT when
+they cannot in time). The budget that sufficed is kept for the next execution, so steady-state
+executions run once.
 """
 from __future__ import annotations
 
 import threading
-import time
 from typing import Callable
 
 import numpy as np
@@ -35,16 +35,15 @@ import jax
 from ... import tracing as trace
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
 from ..base import Binding, DriverPreparedModel
+from ..base.loops import LoopBudget, loop_depth
 from . import program as prog
 
 #: Inputs at least this large and 64-byte aligned are aliased rather than copied.
 ALIAS_MIN_BYTES = 1 << 16
 #: The names of XLA's CPU worker threads (its intra-op pool), lowered with LOW work (`qos.background`).
 WORKER_THREADS = ("tf_XLAEigen",)
-#: Iterations each WHILE loop may run in the first run of a sub-model; at most int32's largest.
-FIRST_LOOP_BUDGET, MAX_LOOP_BUDGET = 1 << 10, (1 << 31) - 1
-#: A budget that ran out grows by at most this factor per run.
-LOOP_BUDGET_GROWTH = 4.0
+#: The most iterations a WHILE loop may run per entry in one run of a sub-model: int32's largest.
+MAX_LOOP_BUDGET = (1 << 31) - 1
 
 
 class XlaPreparedModel(DriverPreparedModel):
@@ -66,8 +65,9 @@ class XlaPreparedModel(DriverPreparedModel):
         self._on_optimized = on_optimized
         self._optimize_after = optimize_after if stage == "quick" else None
         self._runs = 0
-        #: Per sub-model, the loop budget that last sufficed (the next execution starts there).
-        self._loop_budgets: dict[int, int] = {}
+        #: Per sub-model with loops, its iteration budget (kept between executions).
+        self._loop_depth = loop_depth(model)
+        self._loop_budgets: dict[int, LoopBudget] = {}
         self._lock = threading.Lock()
         self._optimizer: threading.Thread | None = None
         self.optimize_error: str | None = None
@@ -192,30 +192,19 @@ class XlaPreparedModel(DriverPreparedModel):
         return [values[s.index] for s in sig.outputs]
 
     def _run_with_budget(self, j: int, seg: prog.Signature, exe, args: list, binding: Binding) -> list:
-        """Run sub-model `j`, whose program has WHILE loops, until no loop runs out of its
-        iteration budget; MISSED_DEADLINE_TRANSIENT once the loop timeout has passed."""
-        timeout = binding.loop_timeout_ns
-        budget = self._loop_budgets.get(j, FIRST_LOOP_BUDGET)
-        start = time.monotonic_ns()
-        while True:
-            run_start = time.monotonic_ns()
+        """Run sub-model `j`, whose program has WHILE loops, with budgets that grow until no loop runs
+        out (`base.loops`): MISSED_DEADLINE_TRANSIENT rather than a run past the loop timeout or deadline."""
+        def attempt(budget: int) -> tuple[bool, list]:
             outs = exe(*args, np.int32(budget))
             if seg.checks:  # a failed check ends the execution, whatever the loops did
                 outs = _checked(seg, outs)
             *outs, ran_out = outs
-            if not bool(ran_out):
-                self._loop_budgets[j] = budget
-                return outs
-            now = time.monotonic_ns()
-            if now - start >= timeout or budget >= MAX_LOOP_BUDGET:
-                raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                              f"WHILE: loop ran longer than its timeout of {timeout / 1e9:g} s "
-                              f"({budget} iterations)")
-            binding.checkpoint("WHILE loop")  # preemption / deadline (QoS) between runs
-            # Grow the budget so the next run ends about when the timeout does, at most 4x.
-            remaining, last = timeout - (now - start), max(now - run_start, 1)
-            factor = min(LOOP_BUDGET_GROWTH, 1.0 + remaining / last)
-            budget = min(MAX_LOOP_BUDGET, max(budget + 1, int(budget * factor)))
+            return bool(ran_out), outs
+
+        budget = self._loop_budgets.get(j)
+        if budget is None:
+            budget = self._loop_budgets.setdefault(j, LoopBudget(self._loop_depth, MAX_LOOP_BUDGET))
+        return budget.run(attempt, binding)
 
 
 def _checked(seg: prog.Signature, outs) -> list:
