@@ -66,7 +66,6 @@ class XlaPreparedModel(DriverPreparedModel):
         self._optimize_after = optimize_after if stage == "quick" else None
         self._runs = 0
         #: Per sub-model with loops, its iteration budget (kept between executions).
-        self._loop_depth = loop_depth(model)
         self._loop_budgets: dict[int, LoopBudget] = {}
         self._lock = threading.Lock()
         self._optimizer: threading.Thread | None = None
@@ -203,7 +202,7 @@ class XlaPreparedModel(DriverPreparedModel):
 
         budget = self._loop_budgets.get(j)
         if budget is None:
-            budget = self._loop_budgets.setdefault(j, LoopBudget(self._loop_depth, MAX_LOOP_BUDGET))
+            budget = self._loop_budgets.setdefault(j, LoopBudget(loop_depth(self.model), MAX_LOOP_BUDGET))
         return budget.run(attempt, binding)
 
 
