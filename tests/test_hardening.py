@@ -185,6 +185,30 @@ def test_a_sampling_ratio_of_2_31_takes_no_memory_and_stops_at_the_deadline():
 
 
 @pytest.mark.parametrize("device", ["reference", "xla", "openvino"])
+def test_an_app_that_exits_with_an_execution_in_flight_exits_cleanly(device):
+    """The app starts an execution and exits without waiting: the interpreter waits for it, as for
+    Python's own executors. Its thread was a daemon, stopped inside XLA's or OpenVINO's native call at
+    shutdown, and the process aborted ("terminate called ... FATAL: exception not rethrown", rc 134)."""
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {os.path.dirname(__file__)!r})
+        import numpy as np, nnapi
+        from test_control_flow import _while_model
+        c = nnapi.Compilation(_while_model(), devices=[{device!r}]).finish()
+        e = nnapi.Execution(c)
+        e.set_loop_timeout(1.0)
+        e.set_input(0, np.array([0], np.int32))
+        e.set_input(1, np.array([2**31 - 1], np.int32))  # runs until its 1 s loop timeout
+        e.set_output(0, np.zeros(1, np.int32))
+        e.start_compute()
+        print("exiting", flush=True)
+        """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "exiting" in done.stdout, done.stderr[-2000:]
+    assert "terminate called" not in done.stderr and "FATAL" not in done.stderr, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("device", ["reference", "xla", "openvino"])
 def test_float_overflow_is_inf_without_a_warning_on_the_apps_stderr(device):
     """IEEE arithmetic, as Android's C++ kernels: 1e30 * 1e30 is inf. The reference driver's numpy
     kernels printed RuntimeWarnings to the app's stderr, and an app that runs with warnings as

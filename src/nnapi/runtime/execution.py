@@ -454,7 +454,10 @@ class Execution:
             self._finish(self._guarded_run())
             event._finish(self._result)
 
-        threading.Thread(target=work, daemon=True, name="nnapi-execution").start()
+        # Not a daemon: an app that exits with the execution in flight waits for it, as for Python's own
+        # executors (a daemon thread inside a driver's native call at interpreter shutdown aborts the
+        # process: "terminate called ... FATAL: exception not rethrown").
+        threading.Thread(target=work, daemon=False, name="nnapi-execution").start()
         return event
 
     def _start(self, what: str) -> None:

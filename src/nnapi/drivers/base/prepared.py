@@ -201,7 +201,8 @@ class DriverPreparedModel(IPreparedModel):
 
         context = contextvars.copy_context()  # the caller's identity (memory-domain tokens) goes along
         try:
-            threading.Thread(target=context.run, args=(work,), daemon=True,
+            # (not a daemon: the interpreter waits for it at exit instead of stopping it inside native code)
+            threading.Thread(target=context.run, args=(work,), daemon=False,
                              name=f"nnapi-{type(self).__name__}-exec").start()
         except BaseException:
             ticket.cancel()
