@@ -306,6 +306,6 @@ def test_loops_end_by_the_execution_deadline_before_their_loop_timeout(device):
 
 
 def test_loop_depth_counts_nested_while_through_subgraphs():
-    from nnapi.drivers.base.loops import LoopBudget, loop_depth
+    from nnapi.drivers.base.loops import IterationBudget, loop_depth
     assert [loop_depth(m.to_hal()) for m in (_while_model(), _nested_while_model())] == [1, 2]
-    assert (LoopBudget(1, 2**31 - 1).first, LoopBudget(2, 2**31 - 1).first) == (1024, 32)
+    assert (IterationBudget(1, 2**31 - 1).first, IterationBudget(2, 2**31 - 1).first) == (1024, 32)

@@ -56,9 +56,10 @@ def loop_depth(model: Model) -> int:
     return depth(model.main, frozenset())
 
 
-class LoopBudget:
+class IterationBudget:
     """The iteration budget of one compiled program with loops, kept between its executions: each
-    execution starts from the budget that sufficed last (steady-state executions run once)."""
+    execution starts from the budget that sufficed last (steady-state executions run once). (The
+    xla driver's `control_flow.LoopBudget` is the traced side: the budget argument inside a program.)"""
 
     def __init__(self, depth: int, maximum: int, growth: float = LOOP_BUDGET_GROWTH) -> None:
         self.depth = max(1, depth)
@@ -104,10 +105,12 @@ class LoopBudget:
     @staticmethod
     def _left(binding: Binding, timeout: int, ran: int) -> tuple[int, str]:
         """Nanoseconds left before the loop timeout or the deadline, whichever comes first, and which."""
-        left, limit = timeout - ran, f"the loop timeout of {timeout / 1e9:g} s"
-        if binding.deadline is not None and binding.deadline - time.monotonic_ns() < left:
-            left, limit = binding.deadline - time.monotonic_ns(), "the deadline"
-        return left, limit
+        left = timeout - ran
+        if binding.deadline is not None:
+            to_deadline = binding.deadline - time.monotonic_ns()
+            if to_deadline < left:
+                return to_deadline, "the deadline"
+        return left, f"the loop timeout of {timeout / 1e9:g} s"
 
     def _start(self, left: int) -> int:
         """The first budget: the one that sufficed last, smaller if its run would not fit in `left`."""
@@ -138,4 +141,4 @@ class LoopBudget:
         return min(self.maximum, max(budget + 1, int(budget * factor)))
 
 
-__all__ = ["AIM", "FIRST_LOOP_ITERATIONS", "LOOP_BUDGET_GROWTH", "LoopBudget", "loop_depth"]
+__all__ = ["AIM", "FIRST_LOOP_ITERATIONS", "LOOP_BUDGET_GROWTH", "IterationBudget", "loop_depth"]

@@ -23,7 +23,7 @@ import openvino as ov
 
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
 from ..base import Binding, DriverPreparedModel
-from ..base.loops import LoopBudget, loop_depth
+from ..base.loops import IterationBudget, loop_depth
 from .graph import check_outputs
 from .lowering import writable_alias
 
@@ -86,7 +86,7 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         self.has_budget = has_budget
         #: (output index, one message per flag) of the graph's run-time checks (after the ran-out flag).
         self._checks = check_outputs(compiled, self._n_out + int(has_budget))
-        self._loop_budget = LoopBudget(loop_depth(model), MAX_LOOP_BUDGET, LOOP_BUDGET_GROWTH) if has_budget else None
+        self._loop_budget = IterationBudget(loop_depth(model), MAX_LOOP_BUDGET, LOOP_BUDGET_GROWTH) if has_budget else None
         self._idle: list[_Request] = []
         self._lock = threading.Lock()
 

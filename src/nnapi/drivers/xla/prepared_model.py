@@ -35,7 +35,7 @@ import jax
 from ... import tracing as trace
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
 from ..base import Binding, DriverPreparedModel
-from ..base.loops import LoopBudget, loop_depth
+from ..base.loops import IterationBudget, loop_depth
 from . import program as prog
 
 #: Inputs at least this large and 64-byte aligned are aliased rather than copied.
@@ -66,7 +66,7 @@ class XlaPreparedModel(DriverPreparedModel):
         self._optimize_after = optimize_after if stage == "quick" else None
         self._runs = 0
         #: Per sub-model with loops, its iteration budget (kept between executions).
-        self._loop_budgets: dict[int, LoopBudget] = {}
+        self._loop_budgets: dict[int, IterationBudget] = {}
         self._lock = threading.Lock()
         self._optimizer: threading.Thread | None = None
         self.optimize_error: str | None = None
@@ -200,10 +200,10 @@ class XlaPreparedModel(DriverPreparedModel):
             *outs, ran_out = outs
             return bool(ran_out), outs
 
-        budget = self._loop_budgets.get(j)
-        if budget is None:
-            budget = self._loop_budgets.setdefault(j, LoopBudget(loop_depth(self.model), MAX_LOOP_BUDGET))
-        return budget.run(attempt, binding)
+        budgets = self._loop_budgets.get(j)
+        if budgets is None:
+            budgets = self._loop_budgets.setdefault(j, IterationBudget(loop_depth(self.model), MAX_LOOP_BUDGET))
+        return budgets.run(attempt, binding)
 
 
 def _checked(seg: prog.Signature, outs) -> list:
