@@ -7,11 +7,12 @@ from .hardware_buffer import (HardwareBuffer, HardwareBufferDesc, HardwareBuffer
 from .pools import (MAPPED_KINDS, MAPPED_ONCE_BYTES, ArrayPool, FileCopy, MappedPool, MappingCache,
                     allocate_ashmem, close_handle, dup_handle, file_identity, fixed_size_memfd, forget_mappings,
                     is_sealed, map_handle, map_pool, map_pool_kept, max_tensor_bytes, mmap_fd_handle, on_forget,
-                    physical_memory_bytes, process_mappings, seal_handle, stable_handle)
+                    physical_memory_bytes, process_mappings, read_region, seal_handle, stable_handle)
 
 __all__ = ["MAPPED_KINDS", "MAPPED_ONCE_BYTES", "ArrayPool", "FileCopy", "HardwareBuffer", "HardwareBufferDesc",
            "HardwareBufferFormat", "HardwareBufferUsage", "MappedImage", "MappedPool", "MappingCache",
            "allocate_ashmem", "can_map", "close_handle", "decode_hardware_buffer", "dup_handle", "file_identity",
            "fixed_size_memfd", "forget_mappings", "is_hardware_buffer", "is_sealed", "map_handle",
            "map_hardware_buffer", "map_pool", "map_pool_kept", "mappable_constant_flags", "max_tensor_bytes",
-           "mmap_fd_handle", "on_forget", "physical_memory_bytes", "process_mappings", "seal_handle", "stable_handle"]
+           "mmap_fd_handle", "on_forget", "physical_memory_bytes", "process_mappings", "read_region", "seal_handle",
+           "stable_handle"]

@@ -327,6 +327,10 @@ def map_hardware_buffer(handle: MemoryHandle) -> MappedPool:
     writable = desc.cpu_writable
     (fd,) = handle.fds
     try:
+        if os.fstat(fd).st_size < desc.allocation_size:  # (a page mapped past the end faults: SIGBUS)
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"cannot map {handle.name}: its file holds "
+                                                       f"{os.fstat(fd).st_size} bytes, the image needs "
+                                                       f"{desc.allocation_size}")
         m = mmap.mmap(fd, desc.allocation_size, mmap.MAP_SHARED,
                       mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0))
     except (ValueError, OSError, TypeError, OverflowError) as e:

@@ -159,6 +159,37 @@ def _copy_range(src: int, dst: int, start: int, end: int) -> None:
         at += len(data)
 
 
+def read_region(fd: int, length: int, what: str, offset: int = 0) -> bytearray:
+    """Exactly `length` bytes of file `fd` from `offset`, by bounded reads (never a mapping: the owner
+    may shrink the file at any moment, and a mapped page past its end would kill this process with
+    SIGBUS). INVALID_ARGUMENT naming `what` when the file is not a regular one, holds fewer bytes, is
+    sparse there (holes would be read as zeros into memory the sender never paid for) or shrinks."""
+    try:
+        st = os.fstat(fd)
+    except (OSError, TypeError, ValueError, OverflowError) as e:
+        raise NnError(ErrorStatus.INVALID_ARGUMENT, f"{what}: not a readable file: {e}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise NnError(ErrorStatus.INVALID_ARGUMENT, f"{what}: must be shared memory or a regular file")
+    if st.st_size < offset + length:
+        raise NnError(ErrorStatus.INVALID_ARGUMENT, f"{what}: the file holds {st.st_size} bytes, "
+                                                    f"fewer than the {offset + length} the message says")
+    if st.st_blocks * 512 + mmap.PAGESIZE < length:
+        raise NnError(ErrorStatus.INVALID_ARGUMENT, f"{what}: the file is sparse ({st.st_blocks * 512} bytes "
+                                                    f"of data for {length} bytes)")
+    buffer = bytearray(length)
+    view, at = memoryview(buffer), 0
+    try:
+        while at < length:
+            n = os.preadv(fd, [view[at:at + (1 << 24)]], offset + at)
+            if not n:
+                raise NnError(ErrorStatus.INVALID_ARGUMENT, f"{what}: the file shrank to {offset + at} bytes "
+                                                            f"while it was read")
+            at += n
+    except OSError as e:
+        raise NnError(ErrorStatus.INVALID_ARGUMENT, f"{what}: cannot read it: {e}") from None
+    return buffer
+
+
 def mmap_fd_handle(fd: int, offset: int, size: int, prot: int = PROT_READ | PROT_WRITE) -> MemoryHandle:
     """An `mmap_fd` handle over a duplicate of `fd` (ints: prot, offset low 32, offset high 32)."""
     if size <= 0 or fd < 0 or offset < 0:

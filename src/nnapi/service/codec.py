@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
-import mmap
 import numbers
 import os
 import struct
@@ -31,7 +30,7 @@ from ..hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, DataLocat
                    ErrorStatus, MemoryHandle, MemoryPool, Model, NnError, OperandPerformance, OperandType,
                    OutputShape, PerformanceInfo, Request, RequestArgument, Timing, invalid)
 from ..hal.serialize import model_from_bytes, model_to_bytes
-from ..memory import FileCopy, max_tensor_bytes, stable_handle
+from ..memory import FileCopy, max_tensor_bytes, read_region, stable_handle
 from .wire import close_fds
 
 #: The protocol version both sides must speak (the first call of a connection is `hello`).
@@ -370,19 +369,15 @@ class Decoder:
                             tuple(self.fd(fd, f"{what} data file") for fd in check_list(data, f"{what} data", 64)))
 
 
-def _read_memfd(fd: int, length: int, what: str) -> bytes:
+def _read_memfd(fd: int, length: int, what: str) -> bytearray:
+    """The serialized model from its memfd: bounded by what one tensor may take before anything is
+    allocated, and read, never mapped (`memory.read_region`: a sender shrinking it cannot fault us)."""
     if fd < 0:
         raise invalid(f"{what}: the serialized model's memfd is not a valid descriptor")
-    try:
-        size = os.fstat(fd).st_size
-        if size < length:
-            raise invalid(f"{what}: the memfd holds {size} bytes, the message says {length}")
-        if length == 0:
-            return b""
-        with mmap.mmap(fd, length, mmap.MAP_SHARED, mmap.PROT_READ) as m:
-            return m[:length]
-    except OSError as e:
-        raise invalid(f"{what}: cannot read the serialized model: {e}") from None
+    if length > max_tensor_bytes():
+        raise NnError(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT, f"{what}: a serialized model of {length} "
+                                                                 f"bytes is over the {max_tensor_bytes()} allowed")
+    return read_region(fd, length, f"{what} memfd")
 
 
 def decode_shapes(v: Any, what: str = "output shapes") -> list[OutputShape] | None:
