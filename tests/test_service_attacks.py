@@ -3,43 +3,28 @@ each checks that the service stays up and that another uid's ADD is still served
 its usual latency (never silently in-process)."""
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
 import tempfile
 import threading
 import time
-import traceback
 from typing import Callable
 
 import numpy as np
 import pytest
 
 import nnapi
-from nnapi import OperandType as T, OperationType as Op
+from nnapi import OperationType as Op
 from nnapi.hal import ErrorStatus, NnError
 from nnapi.service import ENV, connect, default_socket
 from nnapi.service.cli import start
 from nnapi.service.codec import Encoder
 
-from test_service_security import APP_A, APP_B, run_as
+from test_service_security import APP_A, APP_B, binary_model, fork_as, run_as
 
 pytestmark = [pytest.mark.filterwarnings("ignore:os.fork"), pytest.mark.filterwarnings("ignore:This process"),
               pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")]
-
-
-def _add_model() -> nnapi.Model:
-    m = nnapi.Model()
-    a = m.add_operand(T.TENSOR_FLOAT32, (4,))
-    b = m.add_operand(T.TENSOR_FLOAT32, (4,))
-    act = m.add_operand(T.INT32)
-    m.set_operand_value(act, 0)
-    out = m.add_operand(T.TENSOR_FLOAT32, (4,))
-    m.add_operation(Op.ADD, [a, b, act], [out])
-    m.identify_inputs_and_outputs([a, b], [out])
-    m.finish()
-    return m
 
 
 @pytest.fixture(scope="module")
@@ -53,34 +38,6 @@ def service():
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def fork_as(uid: int, fn: Callable[[], dict]) -> Callable[[], dict]:
-    """Start `fn` in a forked child as user `uid`; returns a call that waits for its JSON-able result."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        os.close(r)
-        try:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-            result = fn()
-        except BaseException:
-            result = {"error": traceback.format_exc()}
-        with os.fdopen(w, "w") as f:
-            json.dump(result, f)
-        os._exit(0)
-    os.close(w)
-
-    def wait() -> dict:
-        with os.fdopen(r) as f:
-            text = f.read()
-        os.waitpid(pid, 0)
-        result = json.loads(text)
-        assert "error" not in result, result.get("error")
-        return result
-    return wait
-
-
 def victim_latency(service, uid: int, seconds: float, attack: Callable[[float], dict] | None = None,
                    attacker: int = APP_A) -> tuple[dict, dict]:
     """`uid`'s ADD through the runtime on the served reference driver for `seconds`, while
@@ -89,7 +46,7 @@ def victim_latency(service, uid: int, seconds: float, attack: Callable[[float], 
     os.environ[ENV] = os.path.dirname(service.socket)
 
     def app() -> dict:
-        c = nnapi.Compilation(_add_model(), devices=["reference"]).finish()
+        c = nnapi.Compilation(binary_model(Op.ADD), devices=["reference"]).finish()
         x = np.arange(4, dtype=np.float32)
         times, end = [], time.monotonic() + seconds
         while time.monotonic() < end or len(times) < 50:

@@ -27,7 +27,7 @@ pytestmark = [pytest.mark.filterwarnings("ignore:os.fork"),
 APP_A, APP_B = 1000, 1001
 
 
-def _binary_model(op: Op) -> nnapi.Model:
+def binary_model(op: Op) -> nnapi.Model:
     m = nnapi.Model()
     a = m.add_operand(T.TENSOR_FLOAT32, (4,))
     b = m.add_operand(T.TENSOR_FLOAT32, (4,))
@@ -51,8 +51,9 @@ def service():
     shutil.rmtree(directory, ignore_errors=True)
 
 
-def run_as(uid: int, fn: Callable[[], dict]) -> dict:
-    """Run `fn` in a forked child as user `uid`; its JSON-able result (or its traceback) comes back."""
+def fork_as(uid: int, fn: Callable[[], dict]) -> Callable[[], dict]:
+    """Start `fn` in a forked child as user `uid`; returns a call that waits for its JSON-able result
+    (or raises with its traceback)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -68,12 +69,20 @@ def run_as(uid: int, fn: Callable[[], dict]) -> dict:
             json.dump(result, f)
         os._exit(0)
     os.close(w)
-    with os.fdopen(r) as f:
-        text = f.read()
-    os.waitpid(pid, 0)
-    result = json.loads(text)
-    assert "error" not in result, result.get("error")
-    return result
+
+    def wait() -> dict:
+        with os.fdopen(r) as f:
+            text = f.read()
+        os.waitpid(pid, 0)
+        result = json.loads(text)
+        assert "error" not in result, result.get("error")
+        return result
+    return wait
+
+
+def run_as(uid: int, fn: Callable[[], dict]) -> dict:
+    """Run `fn` in a forked child as user `uid`; its JSON-able result (or its traceback) comes back."""
+    return fork_as(uid, fn)()
 
 
 def _owned_dir(uid: int) -> str:
@@ -103,7 +112,7 @@ def test_app_cannot_reach_the_registry_and_swapped_caches_miss(service, monkeypa
                 out[what] = "allowed"
             except PermissionError:
                 out[what] = "denied"
-        add, mul = _binary_model(Op.ADD), _binary_model(Op.MUL)
+        add, mul = binary_model(Op.ADD), binary_model(Op.MUL)
         token = bytes(range(32))
 
         def compile_add():
@@ -145,7 +154,7 @@ def test_app_cannot_reach_the_registry_and_swapped_caches_miss(service, monkeypa
 def test_each_app_is_its_peer_uid_whatever_it_says(service):
     def app() -> dict:
         device = connect(service.socket)
-        hal_model = _binary_model(Op.ADD)
+        hal_model = binary_model(Op.ADD)
         prepared = device.prepare_model(hal_model.to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.LOW,
                                         None, None, None, client=ClientId(0))  # claims to be root: ignored
         status = device.status()
@@ -158,7 +167,7 @@ def test_each_app_is_its_peer_uid_whatever_it_says(service):
 
 def test_driver_buffer_of_another_process_is_refused(service):
     device = connect(service.socket)
-    model = _binary_model(Op.ADD)
+    model = binary_model(Op.ADD)
     prepared = device.prepare_model(model.to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None,
                                     None, None)
     from nnapi.hal import BufferDesc, BufferRole
