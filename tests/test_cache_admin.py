@@ -66,6 +66,14 @@ def test_ls_groups_files_by_base_name(tmp_path, devs):
     json.dumps(entries)
 
 
+def test_ls_names_the_device_that_wrote_each_entry(state_dir, tmp_path, devs):
+    """By the integrity registry that records the entry's token; an older driver version's entry has none."""
+    _compile(float_model(0).model, tmp_path)
+    _compile(float_model(1).model, tmp_path, device=device_for(VersionedReference("0.0.1")))
+    devices = sorted(e["device"] or "-" for e in list_cache(tmp_path, devices=devs))
+    assert devices == ["-", "reference"]
+
+
 def test_verify_accepts_sound_entries(tmp_path, devs):
     for test in _models(2):
         _compile(test.model, tmp_path)
@@ -168,6 +176,10 @@ def test_arguments_are_checked(tmp_path, devs):
         list_cache(devices=devs)
     with pytest.raises(FileNotFoundError):
         list_cache(tmp_path / "missing", devices=devs)
+    (tmp_path / "a-file").write_text("not a folder")
+    for look in (list_cache, verify_cache, prune_cache):
+        with pytest.raises(NotADirectoryError, match="not a folder: .*a-file"):
+            look(tmp_path / "a-file", devices=devs)
     with pytest.raises(ValueError):
         prune_cache(tmp_path, max_size=-1, devices=devs)
     with pytest.raises(ValueError):
@@ -276,3 +288,32 @@ def test_nnapi_cache_command_lists_verifies_and_prunes(tmp_path, capsys):
     capsys.readouterr()
     assert main(["cache", "prune", str(tmp_path)]) == 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_nnapi_cache_ls_shows_model_device_cache_files_size_and_last_use(state_dir, tmp_path, capsys):
+    """Piped, each row holds the entry whole: its name (the model's token), device, model / data cache
+    files, size and last use; --json has the same fields, verify adds the executable's stage."""
+    from nnapi.cli import _size_text, main
+    from conftest import add_relu_model
+    m = add_relu_model()
+    nnapi.Compilation(m, devices=["reference"], cache_dir=tmp_path, token=nnapi.model_token(m)).finish()
+    assert main(["cache", "ls", str(tmp_path), "--json"]) == 0
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert (entry["device"], entry["model_files"], entry["data_files"]) == ("reference", 1, 1)
+    assert main(["cache", "ls", str(tmp_path)]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if entry["name"] in line]
+    cells = [c.strip() for c in row.strip("│ ").split("│")]
+    used = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry["last_used"]))
+    assert cells == [entry["name"], "app", "reference", "1 model, 1 data", _size_text(entry["size"]), used, "cached"]
+    assert main(["cache", "verify", str(tmp_path), "--json"]) == 0
+    (checked,) = json.loads(capsys.readouterr().out)
+    assert checked["ok"] and checked["device"] == "reference" and checked["stage"] is None   # single-stage driver
+
+
+def test_verify_names_the_stage_of_a_cached_xla_executable(state_dir, tmp_path):
+    pytest.importorskip("jax")
+    from conftest import add_relu_model
+    m = add_relu_model()
+    nnapi.Compilation(m, devices=["xla"], cache_dir=tmp_path, token=nnapi.model_token(m)).finish()
+    (checked,) = verify_cache(tmp_path)
+    assert checked["ok"] and checked["device"] == "xla" and checked["stage"] == "quick"

@@ -63,7 +63,7 @@ def test_version(capsys):
     (["run", "{model}", "--save-outputs", "{tmp}/missing/out.npz"],
      "nnapi run: --save-outputs {tmp}/missing/out.npz: folder {tmp}/missing does not exist"),
     (["run", "{model}", "--save-outputs", "{tmp}"], "nnapi run: --save-outputs {tmp}: is a folder"),
-    (["run", "{model}", "--inputs", "{model}"], "nnapi run: --inputs {model}: cannot read it as an .npz file"),
+    (["run", "{model}", "--inputs", "{model}"], "nnapi run: --inputs {model}: not an .npy or .npz file"),
     (["run", "{model}", "--trace", "{tmp}/missing/t.json"], "nnapi run: --trace {tmp}/missing/t.json: folder"),
     (["run", "{model}", "--timeout-ms", "-5"], "nnapi run: argument --timeout-ms: must be milliseconds >= 0"),
     (["run", "{model}", "--timeout-ms", "nan"], "nnapi run: argument --timeout-ms: must be milliseconds >= 0"),

@@ -13,12 +13,14 @@ import json
 import logging
 import math
 import os
+import re
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterator
 
 if TYPE_CHECKING:
+    import numpy as np
     from rich.console import Console
 
 log = logging.getLogger("nnapi.cli")
@@ -40,7 +42,8 @@ class _ArgumentParser(argparse.ArgumentParser):
 
 
 def _output_file(path: str | None, option: str) -> str | None:
-    """`path` if a file can be written there: its folder exists and is writable, it is not a folder."""
+    """`path` if a file can be written there: its folder exists and is writable, it is not a folder.
+    Writing is tried (`_try_writing`): `os.access` says yes to root in /proc or /sys."""
     if path is None:
         return None
     if os.path.isdir(path):
@@ -50,7 +53,38 @@ def _output_file(path: str | None, option: str) -> str | None:
         raise CommandError(f"{option} {path}: folder {folder} does not exist")
     if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise CommandError(f"{option} {path}: not writable")
+    try:
+        _try_writing(path)
+    except OSError as e:
+        raise CommandError(f"{option} {path}: cannot be written ({e.strerror or e})") from None
     return path
+
+
+def _try_writing(path: str) -> None:
+    """Open `path` for writing and leave it as it was: a regular file is opened without truncating, a
+    new file is created and removed again; anything else (/dev/stdout, a fifo) is left to `os.access`."""
+    import stat
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        os.close(fd)
+        os.unlink(path)
+        return
+    if stat.S_ISREG(mode):
+        os.close(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
+
+
+def _distinct_outputs(options: dict[str, str | None]) -> None:
+    """Two output options naming one file would overwrite each other: an error before any work."""
+    seen: dict[str, str] = {}
+    for option, path in options.items():
+        if path is None or (os.path.exists(path) and not os.path.isfile(path)):
+            continue  # /dev/stdout and the like may be shared
+        key = os.path.realpath(path)
+        if key in seen:
+            raise CommandError(f"{option} {path}: {seen[key]} names the same file")
+        seen[key] = option
 
 
 def _input_file(path: str | None, option: str) -> str | None:
@@ -373,29 +407,87 @@ def random_inputs(infos, seed: int = 0) -> list:
     return arrays
 
 
-def load_inputs(path: str | None, infos, names: list[str] | None = None) -> tuple[list, list[str], list[str]]:
-    """Inputs from an .npz (keys: input names or input_0, input_1, ...), random where absent. Returns the
-    values in input order (as stored: `nnapi.load`'s checks convert them), per input where it came from,
-    and the keys no input took. `infos` give the random data's shapes, `names` the input names."""
+def read_inputs(path: str, option: str = "--inputs") -> np.ndarray | dict[str, np.ndarray]:
+    """The array of an .npy file or the {key: array} of an .npz, read without ever unpickling (numpy's
+    own errors advise `allow_pickle`): CommandError naming the file and what is wrong with it."""
+    import zipfile
+    with open(path, "rb") as f:
+        head = f.read(6)
+        if head == b"\x93NUMPY":
+            f.seek(0)
+            return _npy_array(f, f"{option} {path}")
+    if head[:1] == b"\x80":
+        raise CommandError(f"{option} {path}: a Python pickle, not an .npy or .npz file (nnapi never unpickles)")
+    if head[:4] not in (b"PK\x03\x04", b"PK\x05\x06"):
+        raise CommandError(f"{option} {path}: not an .npy or .npz file (numpy.save / numpy.savez write them)")
+    arrays = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            for member in z.namelist():
+                key = member[:-4] if member.endswith(".npy") else member
+                with z.open(member) as f:
+                    arrays[key] = _npy_array(f, f"{option} {path}: array {key!r}")
+    except (zipfile.BadZipFile, NotImplementedError, EOFError, OSError) as e:
+        raise CommandError(f"{option} {path}: not a readable .npz file ({e})") from None
+    return arrays
+
+
+def _npy_array(f: BinaryIO, what: str) -> np.ndarray:
+    """One .npy array from the open file `f`; an array of Python objects (a pickle) is refused."""
     import numpy as np
+    from numpy.lib import format as npy
+    try:
+        version = npy.read_magic(f)
+        _, _, dtype = (npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0)(f)
+        if dtype.hasobject:
+            raise CommandError(f"{what}: holds Python objects (dtype {dtype}), which only unpickling could read; "
+                               f"nnapi reads numeric arrays only")
+        f.seek(0)
+        return np.lib.format.read_array(f, allow_pickle=False)
+    except (ValueError, EOFError, OSError) as e:
+        raise CommandError(f"{what}: not a valid .npy array ({_error_text(str(e))})") from None
+
+
+def load_inputs(path: str | None, infos, names: list[str] | None = None) -> tuple[list, list[str], list[str]]:
+    """Inputs from an .npy (the model's one input) or an .npz (keys: input names or input_0, input_1,
+    ...), random where absent. Returns the values in input order (as stored: `nnapi.load`'s checks
+    convert them), per input where it came from, and the keys no input took. `infos` give the random
+    data's shapes, `names` the input names."""
     arrays = random_inputs(infos)
     sources = ["random"] * len(infos)
     if path is None:
         return arrays, sources, []
     names = names or [info.name for info in infos]
-    try:
-        with np.load(path) as data:
-            stored = {key: data[key] for key in data.files}
-    except (OSError, ValueError, EOFError) as e:
-        raise CommandError(f"--inputs {path}: cannot read it as an .npz file ({e})") from None
-    used = set()
-    for k, name in enumerate(names):
-        key = name if name in stored else f"input_{k}" if f"input_{k}" in stored else None
-        if key is not None:
-            arrays[k] = stored[key]
-            sources[k] = f"{path}:{key}"
-            used.add(key)
-    return arrays, sources, [key for key in stored if key not in used]
+    stored = read_inputs(path)
+    if not isinstance(stored, dict):
+        if len(names) != 1:
+            raise CommandError(f"--inputs {path}: an .npy file holds one array and the model has {len(names)} "
+                               f"inputs ({', '.join(names)}): give an .npz with one array per input")
+        return [stored], [path], []
+    keys = _input_keys(stored, names, path)
+    for k, key in keys.items():
+        arrays[k] = stored[key]
+        sources[k] = f"{path}:{key}"
+    return arrays, sources, [key for key in stored if key not in keys.values()]
+
+
+def _input_keys(stored: dict, names: list[str], path: str) -> dict[int, str]:
+    """{input position: its .npz key}: input k is named `names[k]` or `input_k`. A key that would give two
+    inputs (one's name, another's position) or two keys for one input is an error naming them."""
+    keys: dict[int, str] = {}
+    for key in stored:
+        named = names.index(key) if key in names else None
+        placed = int(key[6:]) if re.fullmatch(r"input_(0|[1-9][0-9]*)", key) and int(key[6:]) < len(names) else None
+        if named is not None and placed is not None and named != placed:
+            raise CommandError(f"--inputs {path}: key {key!r} is the name of input {named} and the position of "
+                               f"input {placed}: use the input names as keys ({', '.join(names)})")
+        k = named if named is not None else placed
+        if k is not None:
+            if k in keys:
+                raise CommandError(f"--inputs {path}: keys {keys[k]!r} and {key!r} both give input {k} "
+                                   f"({names[k]})")
+            keys[k] = key
+    return keys
 
 
 def _partitions(compilation) -> list[dict]:
@@ -442,18 +534,14 @@ def _check_run(args: argparse.Namespace) -> None:
     """`nnapi run` / `nnapi bench` arguments, before any work."""
     _input_file(args.model, "model")
     if _input_file(getattr(args, "inputs", None), "--inputs"):
-        import numpy as np
-        try:
-            with np.load(args.inputs) as data:
-                data.files
-        except (OSError, ValueError, EOFError) as e:
-            raise CommandError(f"--inputs {args.inputs}: cannot read it as an .npz file ({e})") from None
-    _output_file(getattr(args, "save_outputs", None), "--save-outputs")
-    _output_file(getattr(args, "trace", None), "--trace")
+        read_inputs(args.inputs)
     json_file = getattr(args, "json", None)
-    if isinstance(json_file, str):
-        _output_file(json_file, "--json")
+    outputs = {"--save-outputs": getattr(args, "save_outputs", None), "--trace": getattr(args, "trace", None),
+               "--json": json_file if isinstance(json_file, str) else None}
+    for option, path in outputs.items():
+        _output_file(path, option)
     _plot_file(getattr(args, "plot", None))
+    _distinct_outputs(outputs | {"--plot": getattr(args, "plot", None)})
     _cache_folder(args.cache_dir)
     _device_names([args.device])
 
@@ -520,7 +608,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for info, value in zip(out_infos, outputs.values()):
         say(f"  output {_summary(value, info)}")
     if args.save_outputs:
-        np.savez(args.save_outputs, **{f"output_{k}": v for k, v in enumerate(outputs.values())})
+        with open(args.save_outputs, "wb") as f:  # a file object: numpy would add ".npz" to another name
+            np.savez(f, **{f"output_{k}": v for k, v in enumerate(outputs.values())})
         say(f"outputs saved to {args.save_outputs}")
     if args.json:
         report.update(
@@ -828,9 +917,8 @@ def _cmd_cache(args: argparse.Namespace) -> int:
             result = verify_cache(args.dir, engine=args.engine)
         else:
             result = prune_cache(args.dir, engine=args.engine, max_size=args.max_size, dry_run=args.dry_run)
-    except (ValueError, FileNotFoundError) as e:
-        print(f"nnapi cache: {e}", file=sys.stderr)
-        return 2
+    except (ValueError, FileNotFoundError, NotADirectoryError) as e:
+        raise CommandError(str(e)) from None
     if args.json:
         print(json.dumps(result, indent=1, default=str))
     elif args.action == "prune":
@@ -845,15 +933,40 @@ def _cmd_cache(args: argparse.Namespace) -> int:
                       f"older driver versions and {reg['unused']} unused rows removed")
     else:
         table = Table(title=f"nnapi cache {args.action} {args.dir or args.engine}")
-        columns = ["name", "kind", "size", "state"] + (["ok", "device", "reason"] if args.action == "verify" else [])
+        columns = ["model (token)", "kind", "device", "cache files", "size", "last used", "state"] + (
+            ["ok", "stage", "reason"] if args.action == "verify" else [])
         for col in columns:
-            table.add_column(col)
+            table.add_column(col, justify="right" if col == "size" else "left")
         for entry in result:
-            table.add_row(*(str(entry.get(c, "")) for c in columns))
+            table.add_row(*_cache_row(entry, args.action == "verify"))
         stdout_console().print(table)
     if args.action == "verify" and any(not e.get("ok") for e in result):
         return 1
     return 0
+
+
+def _cache_row(entry: dict, verified: bool) -> list[str]:
+    """One `nnapi cache ls|verify` table row: the entry's name (which encodes its token), kind, device,
+    model / data cache files, size, last use (local time) and state; verify adds ok, stage, reason."""
+    files = (f"{entry['model_files']} model, {entry['data_files']} data" if entry["model_files"] is not None
+             else "1 engine entry")
+    row = [entry["name"], entry["kind"], entry.get("device") or "-", files, _size_text(entry["size"]),
+           time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry["last_used"])), entry["state"]]
+    if verified:
+        row += [str(entry["ok"]), entry.get("stage") or "-", entry.get("reason") or ""]
+    return row
+
+
+def _size_text(size: int) -> str:
+    """Bytes as `512 B`, `14.0 KiB`, `13.7 MiB`, ..."""
+    if size < 1024:
+        return f"{size} B"
+    value = float(size)
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        value /= 1024
+        if value < 1024 or unit == "TiB":
+            break
+    return f"{value:.1f} {unit}"
 
 
 def _add_common(parser: argparse.ArgumentParser, verbose_default: Any, debug_default: Any) -> None:
@@ -873,6 +986,7 @@ def _check_cts(args: argparse.Namespace) -> None:
             raise CommandError(f"{path}: not readable")
     _output_file(args.json, "--json")
     _output_file(args.trace, "--trace")
+    _distinct_outputs({"--json": args.json, "--trace": args.trace})
     if not getattr(args, "service", False):  # a served device is checked where the service starts
         _device_names([args.device])
 
@@ -943,9 +1057,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-ms", type=_milliseconds, help="execution deadline in milliseconds (0: no timeout, "
                                                             "the default)")
     p.add_argument("--preference", type=_preference_arg, default=1, help=_PREFERENCE_HELP)
-    p.add_argument("--inputs", help=".npz with the inputs (keys: input names or input_0, input_1, ...); "
-                                    "random data where absent")
-    p.add_argument("--save-outputs", help="write the outputs to this .npz (output_0, output_1, ...)")
+    p.add_argument("--inputs", help=".npy with the model's one input, or .npz with the inputs (keys: input names "
+                                    "or input_0, input_1, ...); random data where absent")
+    p.add_argument("--save-outputs", help="write the outputs to this .npz (output_0, output_1, ... in the order "
+                                          "printed, where their names are)")
     p.add_argument("--json", action="store_true", help="print one JSON object (inputs, partitions, times, outputs)")
     p.add_argument("--trace", metavar="FILE.json", help="write a Chrome / Perfetto trace of the run to this file")
     p.set_defaults(func=_cmd_run, check=_check_run)

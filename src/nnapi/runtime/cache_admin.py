@@ -50,16 +50,18 @@ def list_cache(directory: str | os.PathLike | None = None, *, engine: str | None
     Each entry: `kind` ("app" | "engine"), `directory`, `name` (64-letter base name | engine key),
     `token` (hex of the per-device token; None for the engine), `files` (names), `model_files`,
     `data_files` (counts; None for the engine), `size` (bytes), `last_used` (seconds since the epoch),
-    `complete` (every slot from 0 present), `state` ("cached" | "orphan" | "temporary"), and for the
-    engine `driver` and `version`.
+    `complete` (every slot from 0 present), `state` ("cached" | "orphan" | "temporary"), `device` (the
+    device that wrote it: an app entry's by the integrity registry that records its token, None when
+    no installed driver does; the engine's driver), and for the engine `driver` and `version`.
     """
     return [e for _, e in _collect(directory, engine, devices)]
 
 
 def verify_cache(directory: str | os.PathLike | None = None, *, engine: str | None = None,
                  devices: Sequence[Device] | None = None) -> list[dict]:
-    """`list_cache` entries with `ok` (bool), `device` (the device that accepts an app entry, else None)
-    and `reason` (why it would be rejected, None when ok)."""
+    """`list_cache` entries with `ok` (bool), `device` (the device that accepts an app entry, else None),
+    `stage` (the accepting driver's compile stage of the cached executable, e.g. xla's "quick" or
+    "optimized"; None for single-stage drivers) and `reason` (why it would be rejected, None when ok)."""
     return [_verified(source, entry, devices) for source, entry in _collect(directory, engine, devices)]
 
 
@@ -180,12 +182,17 @@ def _collect(directory, engine: str | None, devices) -> list[tuple[_Source, dict
     roots: list[Path] = []
     if directory is not None:
         path = Path(directory)
+        if path.exists() and not path.is_dir():
+            raise NotADirectoryError(f"not a folder: {path} (give the cache directory, not a file)")
         if not path.is_dir():
             raise FileNotFoundError(f"no such cache directory: {path}")
         if is_engine_directory(path):
             roots.append(path)
         else:
-            out.extend(_app_entries(path))
+            app = _app_entries(path)
+            for _, entry in app:
+                entry["device"] = _writer(bytes.fromhex(entry["token"]), get_devs())
+            out.extend(app)
             roots.extend(sorted(p for p in path.iterdir() if p.is_dir() and is_engine_directory(p)))
     if engine is not None:
         path = Path(engine_directory(engine, get_devs()))
@@ -222,6 +229,21 @@ def _app_entries(path: Path) -> list[tuple[_Source, dict]]:
     return entries
 
 
+def _writer(token: bytes, devs: Sequence[Device]) -> str | None:
+    """The installed device whose integrity registry records `token`: the one that wrote the entry (None:
+    no in-process driver of this version did, or its registry cannot be read)."""
+    for d in devs:
+        registry = getattr(d.driver, "registry", None)
+        if registry is None or not hasattr(registry, "lookup"):
+            continue
+        try:
+            if registry.lookup(token):
+                return d.name
+        except (OSError, sqlite3.Error):
+            continue
+    return None
+
+
 def _engine_identity(name: str, devs: Sequence[Device]) -> tuple[str | None, str | None, str | None]:
     """(driver, version written, version installed) of an engine directory named `<driver>-<version>`."""
     for d in devs:
@@ -243,7 +265,7 @@ def _engine_entries(root: Path, devs: Sequence[Device]) -> list[tuple[_Source, d
         entries.append((source, {
             "kind": "engine", "directory": str(root), "name": name, "token": None, "files": files,
             "model_files": None, "data_files": None, "size": size, "last_used": last_used, "complete": True,
-            "state": state, "driver": source.driver, "version": source.version}))
+            "state": state, "driver": source.driver, "version": source.version, "device": source.driver}))
 
     for key, e in sorted(indexed.items()):
         entry(key, [f"{key}.entry"], e.size, e.last_used, "cached")
@@ -263,17 +285,21 @@ def _engine_entries(root: Path, devs: Sequence[Device]) -> list[tuple[_Source, d
 # --- verifying -------------------------------------------------------------------------------------------------
 def _verified(source: _Source, entry: dict, devices) -> dict:
     entry = dict(entry)
+    stage = None
     if source.kind == "app":
-        ok, device, reason = _verify_app(source.path, entry, all_devices() if devices is None else devices)
+        ok, device, reason, stage = _verify_app(source.path, entry, all_devices() if devices is None else devices)
     else:
         ok, device, reason = _verify_engine(source, entry)
-    entry.update(ok=ok, device=device, reason=reason)
+    entry.update(ok=ok, device=device, stage=stage, reason=reason)
     return entry
 
 
-def _verify_app(path: Path, entry: dict, devs: Sequence[Device]) -> tuple[bool, str | None, str | None]:
+def _verify_app(path: Path, entry: dict,
+                devs: Sequence[Device]) -> tuple[bool, str | None, str | None, str | None]:
+    """(ok, accepting device, why rejected, compile stage) of an app entry: each device that caches this
+    layout of files prepares from it, as a compilation would."""
     if not entry["complete"]:
-        return False, None, "incomplete: the files of some cache slots are missing"
+        return False, None, "incomplete: the files of some cache slots are missing", None
     counts = (entry["model_files"], entry["data_files"])
     caching = [d for d in devs if d.supports_caching]
     candidates = [d for d in caching if tuple(d.cache_files) == counts]
@@ -282,9 +308,9 @@ def _verify_app(path: Path, entry: dict, devs: Sequence[Device]) -> tuple[bool, 
         if partial:
             d = partial[0]
             return False, None, (f"incomplete: {counts[0]} of {d.cache_files[0]} model and {counts[1]} of "
-                                 f"{d.cache_files[1]} data files for {d.name}")
+                                 f"{d.cache_files[1]} data files for {d.name}"), None
         return False, None, (f"no installed device caches {counts[0]} model and {counts[1]} data files "
-                             "(a driver that is gone, or one that changed its cache layout)")
+                             "(a driver that is gone, or one that changed its cache layout)"), None
     files = [path / name for name in entry["files"]]
     times = []
     for f in files:
@@ -300,18 +326,18 @@ def _verify_app(path: Path, entry: dict, devs: Sequence[Device]) -> tuple[bool, 
     except OSError as e:
         for fd in fds:
             os.close(fd)
-        return False, None, f"cannot be opened for reading and writing: {e.strerror}"
+        return False, None, f"cannot be opened for reading and writing: {e.strerror}", None
     handles = CacheHandles(tuple(fds[:counts[0]]), tuple(fds[counts[0]:]))
     token = bytes.fromhex(entry["token"])
     reasons = []
     try:
         for d in candidates:
             try:
-                d.driver.prepare_model_from_cache(None, handles, token)
-                return True, d.name, None
+                prepared = d.driver.prepare_model_from_cache(None, handles, token)
+                return True, d.name, None, getattr(prepared, "stage", None)
             except Exception as e:  # any failure of a driver is a rejection with its message
                 reasons.append(f"{d.name}: {getattr(e, 'message', None) or f'{type(e).__name__}: {e}'}")
-        return False, None, "; ".join(reasons)
+        return False, None, "; ".join(reasons), None
     finally:
         close_cache_files(handles)
         for f, atime, mtime in times:   # checking is not using: keep the LRU order
