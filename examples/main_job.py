@@ -1,22 +1,22 @@
 """The main job (`make run`): a real TFLite model end to end through nnapi.
 
 Imports MediaPipe's short-range face detector (examples/models/face_detection_short_range.tflite,
-Apache-2.0, see examples/models/NOTICE), compiles it for the best devices with a cache directory
-twice (cold: a miss that writes the cache, then cached: a hit), runs it on a synthetic 128x128 image
-and prints where each partition ran, the prepare times and the top detections.
+Apache-2.0, see examples/models/NOTICE), compiles it for the best devices with a fresh cache directory
+twice (cold: a miss that writes the cache, then cached: a hit; the directory is removed at the end),
+runs it on a synthetic 128x128 image and prints where each partition ran, the prepare times and the
+top detections.
 The same from the command line: `nnapi run examples/models/face_detection_short_range.tflite --cache-dir DIR`.
 """
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 import time
 
 import numpy as np
 
 import nnapi
-from nnapi.importers import load_tflite
+from nnapi.importers import ImportedModel, load_tflite
 
 MODEL = os.path.join(os.path.dirname(os.path.abspath(__file__)), "models", "face_detection_short_range.tflite")
 
@@ -27,6 +27,36 @@ def synthetic_image(size: int = 128) -> np.ndarray:
     disc = (((x - 0.5) ** 2 + (y - 0.45) ** 2) < 0.09).astype(np.float32)
     rgb = np.stack([0.3 * x + 0.6 * disc, 0.3 * y + 0.5 * disc, 0.2 + 0.4 * disc], axis=-1)
     return (rgb * 2.0 - 1.0)[None].astype(np.float32)
+
+
+def _cache_folder() -> tempfile.TemporaryDirectory:
+    """A fresh, empty cache folder (so the first compile is a miss), removed at the end: in
+    $NNAPI_CACHE_DIR when set (created if missing, its other contents left alone), else in the
+    system's temporary folder."""
+    parent = os.environ.get("NNAPI_CACHE_DIR") or None
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    return tempfile.TemporaryDirectory(prefix="nnapi-main-job-", dir=parent)
+
+
+def _cold_then_cached(imported: ImportedModel, image: np.ndarray,
+                      cache_dir: str) -> tuple[nnapi.Compilation, np.ndarray, np.ndarray]:
+    """Compile twice with `cache_dir`: cold (a miss that writes the cache), then cached (a hit); each
+    time print where the partitions ran and the cache outcome, and run once. Returns the last
+    compilation and its outputs."""
+    for label in ("cold", "cached"):
+        start = time.perf_counter()
+        compilation = nnapi.Compilation(imported.model, cache_dir=cache_dir, token=imported.token()).finish()
+        prepare_ms = (time.perf_counter() - start) * 1000
+        print(f"{label:>6} prepare: {prepare_ms:9.1f} ms")
+        for k, (step, outcome) in enumerate(zip(compilation.steps, compilation.cache_outcomes)):
+            why = f" ({outcome.reason})" if outcome.reason else ""
+            print(f"         partition {k}: {len(step.operations)} operations on {step.device.name}, "
+                  f"cache {outcome.outcome}{why}")
+        start = time.perf_counter()
+        regressors, logits = compilation.execute([image])
+        print(f"         execute: {(time.perf_counter() - start) * 1000:9.1f} ms")
+    return compilation, regressors, logits
 
 
 def main() -> None:
@@ -43,22 +73,9 @@ def main() -> None:
         print(f"  output {info}")
     print(f"devices: {', '.join(d.name for d in nnapi.devices())}")
 
-    cache_dir = os.environ.get("NNAPI_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "nnapi-main-job-cache")
-    shutil.rmtree(cache_dir, ignore_errors=True)   # start cold: the first compile is a miss
-    os.makedirs(cache_dir)
     image = synthetic_image()
-    for label in ("cold", "cached"):
-        start = time.perf_counter()
-        compilation = nnapi.Compilation(imported.model, cache_dir=cache_dir, token=imported.token()).finish()
-        prepare_ms = (time.perf_counter() - start) * 1000
-        print(f"{label:>6} prepare: {prepare_ms:9.1f} ms")
-        for k, (step, outcome) in enumerate(zip(compilation.steps, compilation.cache_outcomes)):
-            why = f" ({outcome.reason})" if outcome.reason else ""
-            print(f"         partition {k}: {len(step.operations)} operations on {step.device.name}, "
-                  f"cache {outcome.outcome}{why}")
-        start = time.perf_counter()
-        regressors, logits = compilation.execute([image])
-        print(f"         execute: {(time.perf_counter() - start) * 1000:9.1f} ms")
+    with _cache_folder() as cache_dir:
+        compilation, regressors, logits = _cold_then_cached(imported, image, cache_dir)
 
     if any(step.device.name != "reference" for step in compilation.steps):
         # Cross-check the chosen devices against the reference interpreter (the numpy ground truth).

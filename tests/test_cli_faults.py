@@ -1,10 +1,12 @@
-"""Faults of the `nnapi` command, each checked where it was found: output paths that
+"""Faults of the `nnapi` command and `make run`, each checked where it was found: output paths that
 cannot be written (found only after the work), `.npy` and unreadable `--inputs`, input keys that name
-two inputs, `nnapi cache` given a file."""
+two inputs, `nnapi cache` given a file, and the main job's cache folder left behind."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import runpy
 import zipfile
 
 import numpy as np
@@ -13,6 +15,8 @@ import pytest
 from nnapi.cli import main
 from test_cli import _one_line_error, model, no_work  # noqa: F401 (fixtures)
 from test_tflite_import import B, add_options, f32, write_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _code(argv: list[str]) -> int:
@@ -173,4 +177,26 @@ def test_cache_commands_given_a_file_say_it_is_not_a_folder(action, model, capsy
     assert main(["cache", action, str(model)]) == 2
     line = _one_line_error(capsys, f"nnapi cache: not a folder: {model}")
     assert "no such" not in line
+
+
+# --- make run ------------------------------------------------------------------------------------------------
+def test_the_main_job_removes_its_cache_folder(tmp_path, monkeypatch, capsys):
+    """`make run`: a cold miss then a cached hit, and no cache folder left behind; with NNAPI_CACHE_DIR
+    the job works in a subfolder of it and leaves what was there alone."""
+    import tempfile
+    monkeypatch.delenv("NNAPI_CACHE_DIR", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    job = os.path.join(ROOT, "examples", "main_job.py")
+    runpy.run_path(job, run_name="__main__")
+    out = capsys.readouterr().out
+    assert "cache miss" in out and "cache hit" in out
+    assert list((tmp_path / "tmp").iterdir()) == []
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("the user's")
+    monkeypatch.setenv("NNAPI_CACHE_DIR", str(mine))
+    runpy.run_path(job, run_name="__main__")
+    assert "cache hit" in capsys.readouterr().out
+    assert [p.name for p in mine.iterdir()] == ["keep.txt"]
 
