@@ -82,11 +82,11 @@ def test_a_model_blob_shrunk_while_it_is_read_neither_kills_nor_slows_the_servic
         while time.monotonic() < until:
             for dense in (False, True):
                 fd = os.memfd_create("m", 0)  # not sealed
-                size = 16 << 20
+                size = 4 << 20
                 if dense:
                     os.pwrite(fd, b"\x01" * size, 0)
                 else:
-                    os.ftruncate(fd, size)  # sparse: 16 MiB for nothing
+                    os.ftruncate(fd, size)  # sparse: 4 MiB for nothing
                 threading.Timer(0.002, os.ftruncate, (fd, 0)).start()
                 enc = Encoder()
                 try:
@@ -96,10 +96,101 @@ def test_a_model_blob_shrunk_while_it_is_read_neither_kills_nor_slows_the_servic
                     outcomes.append(e.status.name)
                 finally:
                     enc.close()
-                    time.sleep(0.005)
+                    time.sleep(0.01)  # (a steady stream, not a CPU hog on a 2-core machine)
                     os.close(fd)
         return {"outcomes": outcomes}
 
     loaded, attacked = victim_latency(service, APP_A, 1.5, attack, attacker=APP_B)
     assert attacked["outcomes"] and set(attacked["outcomes"]) == {ErrorStatus.INVALID_ARGUMENT.name}, attacked
     assert_served_as_usual(service, loaded, alone)
+
+
+def test_a_cross_uid_plant_in_a_shared_cache_folder_is_never_a_hit(service):
+    """The audit's S4: an attacker of another uid who knows the victim's model works out its cache file
+    names, plants its own model's files under them and has the service record them. The victim's next
+    compile must compute its own model: the runtime does not use a folder others may write, and the
+    registry never vouches for one uid's files to another."""
+    from nnapi.hal import CacheHandles, ExecutionPreference, Priority
+    from nnapi.runtime.cache_files import cache_paths, open_cache_files
+
+    os.environ[ENV] = os.path.dirname(service.socket)
+    base = tempfile.mkdtemp(prefix="nnapi-test-plant-")
+    os.chmod(base, 0o755)
+    shared = os.path.join(base, "shared-cache")
+    os.mkdir(shared)
+    os.chmod(shared, 0o1777)  # as /tmp: anyone may add files
+    token = bytes(range(32))
+    x = np.array([1, 2, 3, 4], np.float32)
+    ten = np.full(4, 10, np.float32)
+
+    def with_ten(op: Op) -> nnapi.Model:  # x op 10
+        m = nnapi.Model()
+        a = m.add_operand(nnapi.OperandType.TENSOR_FLOAT32, (4,))
+        b = m.add_operand(nnapi.OperandType.TENSOR_FLOAT32, (4,))
+        m.set_operand_value(b, ten)
+        act = m.add_operand(nnapi.OperandType.INT32)
+        m.set_operand_value(act, 0)
+        out = m.add_operand(nnapi.OperandType.TENSOR_FLOAT32, (4,))
+        m.add_operation(op, [a, b, act], [out])
+        m.identify_inputs_and_outputs([a], [out])
+        m.finish()
+        return m
+
+    def victim_model() -> nnapi.Model:
+        return with_ten(Op.ADD)
+
+    def evil_model() -> nnapi.Model:
+        return with_ten(Op.MUL)
+
+    def attacker() -> dict:
+        # its own compile of the public model, in a folder of its own, gives the file names
+        own = tempfile.mkdtemp()
+        c = nnapi.Compilation(victim_model(), devices=["reference"], cache_dir=own, token=token).finish()
+        names = sorted(os.listdir(own))
+        device = c.steps[0].device
+        from nnapi.runtime.compilation import content_fingerprint, device_token
+        dtoken = device_token(token, None, device.name, device.version, ExecutionPreference.FAST_SINGLE_ANSWER,
+                              Priority.MEDIUM, content_fingerprint(c.steps[0].model))
+        paths = cache_paths(shared, dtoken, device.cache_files)
+        handles = open_cache_files(paths, create=True)
+        for fd in (*handles.model_cache, *handles.data_cache):
+            os.fchmod(fd, 0o666)
+        served = connect(service.socket)  # the evil model recorded under the victim's token
+        served.prepare_model(evil_model().to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM,
+                             None, handles, dtoken).release()
+        planted = sorted(os.path.basename(p) for p in (*paths[0], *paths[1]))
+        return {"names": names, "planted": planted}
+
+    planted = run_as(APP_A, attacker)
+    assert planted["names"] == planted["planted"]
+
+    def victim() -> dict:
+        # the shared folder: refused outright
+        c = nnapi.Compilation(victim_model(), devices=["reference"], cache_dir=shared, token=token).finish()
+        shared_outcome = [c.cache_outcomes[0].outcome, c.cache_outcomes[0].reason, c.execute([x])[0].tolist()]
+        # the planted files handed to the service directly: this uid never recorded them
+        device = c.steps[0].device
+        from nnapi.runtime.compilation import content_fingerprint, device_token
+        dtoken = device_token(token, None, device.name, device.version, ExecutionPreference.FAST_SINGLE_ANSWER,
+                              Priority.MEDIUM, content_fingerprint(c.steps[0].model))
+        paths = cache_paths(shared, dtoken, device.cache_files)
+        fds = [os.open(p, os.O_RDWR) for p in (*paths[0], *paths[1])]
+        n = len(paths[0])
+        try:
+            connect(service.socket).prepare_model_from_cache(None, CacheHandles(tuple(fds[:n]), tuple(fds[n:])),
+                                                             dtoken)
+            direct = ["hit", ""]
+        except NnError as e:
+            direct = [e.status.name, e.message]
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return {"shared": shared_outcome, "direct": direct}
+
+    result = run_as(APP_B, victim)
+    shutil.rmtree(base, ignore_errors=True)
+    outcome, reason, value = result["shared"]
+    assert outcome == "miss" and "writable by other users" in reason, result
+    assert value == [11, 12, 13, 14]
+    status, message = result["direct"]
+    assert status == ErrorStatus.GENERAL_FAILURE.name and "for this app" in message, result

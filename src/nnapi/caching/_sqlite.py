@@ -32,7 +32,7 @@ def _open(path: str, schema: str, attempts: int = 50) -> sqlite3.Connection:
         try:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # with WAL: safe against a crashed process
-            conn.execute(schema)
+            conn.executescript(schema)
             return conn
         except sqlite3.OperationalError as e:
             if "locked" not in str(e) and "busy" not in str(e) or attempt == attempts - 1:

@@ -34,6 +34,8 @@ FORMAT_VERSION = 2
 MAX_FILE_BYTES = 4 << 30
 #: How a load failure that means "not (completely) written" starts: a miss, not a rejection.
 INCOMPLETE = "cache incomplete"
+#: How a load failure that means "the registry holds no record of it" starts: a miss, not a rejection.
+NOT_RECORDED = "not recorded"
 
 
 class CacheError(NnError):
@@ -126,9 +128,9 @@ def decode(model_files: Sequence[memoryview], data_files: Sequence[memoryview] |
 
 
 def save_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegistry, counts: tuple[int, int],
-                   model_blobs: Sequence[bytes], data_blobs: Sequence[bytes]) -> bytes:
-    """Hash, record, then write; returns the SHA-256 recorded (what a load of this content is vouched
-    for by). Raises CacheError/OSError; callers treat any failure as "not cached"."""
+                   model_blobs: Sequence[bytes], data_blobs: Sequence[bytes], uid: int | None = None) -> bytes:
+    """Hash, record for app `uid`, then write; returns the SHA-256 recorded (what a load of this content is
+    vouched for by). Raises CacheError/OSError; callers treat any failure as "not cached"."""
     check_counts(handles, counts)
     if len(model_blobs) != counts[0] or len(data_blobs) != counts[1] or not model_blobs:
         raise CacheError(ErrorStatus.GENERAL_FAILURE, "artifact count does not match the advertised cache files")
@@ -139,7 +141,7 @@ def save_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
     fds = (*handles.model_cache, *handles.data_cache)
     with locked(fds, exclusive=True):  # record and files change together for every reader
         os.ftruncate(handles.model_cache[0], 0)  # emptied first, written last: a killed writer leaves "incomplete"
-        registry.record(token, digest)
+        registry.record(token, digest, uid)
         for fd, content in zip(handles.data_cache, data_blobs):
             write_file(fd, content)
         for fd, content in zip(handles.model_cache[1:], model_files[1:]):
@@ -159,8 +161,9 @@ class Verified(NamedTuple):
 
 
 def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegistry, counts: tuple[int, int],
-                   data_held: Callable[[bytes], bool] | None = None) -> Verified:
-    """Read, verify and return the blobs; GENERAL_FAILURE with the reason when unusable.
+                   data_held: Callable[[bytes], bool] | None = None, uid: int | None = None) -> Verified:
+    """Read, verify against what app `uid` recorded, and return the blobs; GENERAL_FAILURE with the
+    reason when unusable.
 
     `data_held(digest)`, asked once the model files are verified: whether the driver already holds the
     data blobs of the content `digest` names (checked when it read them), so they are not read again."""
@@ -173,17 +176,21 @@ def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
     try:
         with locked(fds, exclusive=False):  # the files and the record as one writer left them
             model_files = [read_file(fd, MAX_FILE_BYTES) for fd in handles.model_cache]
-            expected = registry.lookup(token)
+            expected = registry.lookup(token, uid)
             _check_lengths(model_files, None, len(handles.data_cache))
-            if not expected:
-                raise _fail("no integrity record for this token: the cache was not written by this driver version")
             digest = _model_digest(model_files)
             if digest not in expected:
+                if registry.was_dropped(token, digest, uid):
+                    raise _fail(f"{NOT_RECORDED}: the registry no longer holds this cache's digest (dropped as "
+                                "the least recently used)")
+                if not expected:
+                    raise _fail("no integrity record for this token: the cache was not written by this driver "
+                                "version for this app")
                 raise _fail("model cache failed its integrity check (changed since this driver wrote it)")
             held = data_held is not None and data_held(digest)
             data_files = None if held else [read_file(fd, MAX_FILE_BYTES) for fd in handles.data_cache]
     except OSError as e:
         raise _fail(f"cache files cannot be read: {e}") from None
     entries = _check_lengths(model_files, data_files, len(handles.data_cache))
-    registry.touch(token, digest)
+    registry.touch(token, digest, uid)
     return Verified(*decode(model_files, data_files, entries), digest)

@@ -78,12 +78,38 @@ def cache_paths(cache_dir: str, token: bytes, counts: tuple[int, int]) -> tuple[
     return ([f"{base}1{i}" for i in range(counts[0])], [f"{base}2{i}" for i in range(counts[1])])
 
 
+def untrusted_folder(path: str) -> str | None:
+    """Why the cache folder `path` cannot be trusted, or None: a folder that another user owns, or may
+    write to, lets that user plant cache files under names it can work out from its own compile of a
+    public model (the files would then be another app's to vouch for). Root's folders are trusted."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        return f"cache folder {path} cannot be read: {e.strerror or e}"
+    uid = os.geteuid()
+    if st.st_uid not in (uid, 0):
+        return f"cache folder {path} belongs to uid {st.st_uid}, not to this app (uid {uid}): not used"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return (f"cache folder {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}): not used; "
+                "give the app a private one (mode 700)")
+    return None
+
+
+def _foreign(st: os.stat_result) -> str | None:
+    """Why an open cache file is not this app's own, or None."""
+    if st.st_uid != os.geteuid():
+        return f"belongs to uid {st.st_uid}, not to this app"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
 def _open_regular(path: str, create: bool) -> int:
     """Open one cache file read-write without following a link (C8), only if it is a regular file.
 
-    With `create`, a missing file is created, and an entry that is not a regular file (a planted
-    symlink, a fifo) is replaced by a new empty file: the entry is ours, whatever it points at is not
-    touched. OSError when the file cannot be used."""
+    With `create`, a missing file is created, and an entry that is not a regular file of this app's own
+    (a planted symlink, a fifo, another user's file) is replaced by a new empty file: the entry is ours,
+    whatever it points at is not touched. OSError when the file cannot be used."""
     flags = os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK
     for _ in range(3):
         try:
@@ -103,18 +129,34 @@ def _open_regular(path: str, create: bool) -> int:
             os.unlink(path)  # a link or a special file named like our cache file
             continue
         st = os.fstat(fd)
-        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+        foreign = _foreign(st)
+        if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and foreign is None:
             os.set_blocking(fd, True)
             return fd
-        os.close(fd)  # not a regular file, or a hard link to some other file: not ours to write
+        os.close(fd)  # not a regular file, a hard link to some other file, or another user's: not ours
         if not create:
-            raise OSError(errno.EINVAL, f"{path} is not a regular file of its own")
+            raise OSError(errno.EPERM if foreign else errno.EINVAL,
+                          f"{path} {foreign}" if foreign else f"{path} is not a regular file of its own")
         os.unlink(path)
     raise OSError(errno.EAGAIN, f"{path} keeps changing")
 
 
 def _exclusive(path: str) -> int:
     return os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_CREAT | os.O_EXCL, 0o600)
+
+
+def open_cached(paths: tuple[list[str], list[str]]) -> CacheHandles | str:
+    """Open every existing cache file read-write for a hit, as `open_cache_files`; else why not."""
+    fds: list[int] = []
+    try:
+        for path in (*paths[0], *paths[1]):
+            fds.append(_open_regular(path, create=False))
+    except OSError as e:
+        for fd in fds:
+            os.close(fd)
+        return "cache files missing" if isinstance(e, FileNotFoundError) else f"cache file not used: {e.strerror}"
+    n = len(paths[0])
+    return CacheHandles(tuple(fds[:n]), tuple(fds[n:]))
 
 
 def open_cache_files(paths: tuple[list[str], list[str]], create: bool) -> CacheHandles | None:

@@ -1,6 +1,7 @@
 """`Compilation`: partition a finished model over devices and prepare each partition (with caching)."""
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import TYPE_CHECKING, Sequence
@@ -9,14 +10,16 @@ import numpy as np
 
 from .. import hal, tracing as trace
 from ..caching import remembered_fingerprints
-from ..caching.artifacts import INCOMPLETE
+from ..caching.artifacts import INCOMPLETE, NOT_RECORDED
 from ..hal import (BYTE_SIZE_OF_CACHE_TOKEN, NO_DEADLINE, ErrorStatus, ExecutionPreference, NnError, Priority,
                    ResultCode)
 from .cache_files import (CacheOutcome, cache_paths, close_cache_files, content_fingerprint, device_token,
-                          mark_used, open_cache_files)
+                          mark_used, open_cache_files, open_cached, untrusted_folder)
 from .devices import Device, devices as all_devices, find_device
 from .model import Model
 from .partitioner import Step, partition
+
+log = logging.getLogger("nnapi.runtime")
 
 if TYPE_CHECKING:
     from .burst import Burst
@@ -66,8 +69,7 @@ def _cache_directory(cache_dir: str | os.PathLike) -> str:
     if not os.path.isdir(path):
         raise NnError(ResultCode.BAD_DATA, f"Compilation: cache_dir {path!r} is not a directory")
     if not os.access(path, os.W_OK | os.X_OK):  # readable only: cache hits still work, nothing is written
-        import logging
-        logging.getLogger("nnapi.runtime").warning("cache directory %s is not writable: new compilations are "
+        log.warning("cache directory %s is not writable: new compilations are "
                                                    "not cached", path)
     return path
 
@@ -98,6 +100,7 @@ class Compilation:
             if not self._devices or len({d.name for d in self._devices}) != len(self._devices):
                 raise NnError(ResultCode.BAD_DATA, "Compilation: devices must be a non-empty list without duplicates")
         self._finished = False
+        self._untrusted: str | None = None  # why the cache folder is not used (set at finish)
         self.steps: list[Step] = []
         self.cache_outcomes: list[CacheOutcome] = []
         self.prepare_time_s: float | None = None
@@ -148,6 +151,9 @@ class Compilation:
         start = time.perf_counter()
         deadline = deadline_after(self._timeout_ns)  # one absolute deadline for every step
         hal_model = self.model.to_hal()
+        self._untrusted = None if self.cache_dir is None else untrusted_folder(self.cache_dir)
+        if self._untrusted is not None:
+            log.warning("%s", self._untrusted)
         try:
             with remembered_fingerprints():  # the model's content, hashed once for every device
                 self.steps, tried = self._single_device_hit(hal_model, deadline)
@@ -186,7 +192,7 @@ class Compilation:
         compilation partitions and prepares as usual."""
         main = hal_model.main
         if len(self._devices) != 1 or self.token is None or not self._devices[0].supports_caching \
-                or not main.operations:
+                or not main.operations or self._untrusted is not None:
             return None, None
         step = Step.whole(self._devices[0], hal_model)
         start = trace.now_us()
@@ -206,9 +212,9 @@ class Compilation:
 
     def _load(self, step: Step, deadline: int | None, token: bytes, paths: list[str]) -> str | None:
         """Prepare `step` from its cache files: None on a hit, else why not (a missed deadline raises)."""
-        handles = open_cache_files(paths, create=False)
-        if handles is None:
-            return "cache files missing"
+        handles = open_cached(paths)
+        if isinstance(handles, str):
+            return handles
         try:
             step.prepared = step.device.driver.prepare_model_from_cache(deadline, handles, token)
             step.cache = CacheOutcome(step.device.name, "hit")
@@ -230,6 +236,10 @@ class Compilation:
                                       else f"{device.name} does not cache")
             step.prepared = driver.prepare_model(step.model, self.preference, self.priority, deadline, None, None)
             return
+        if self._untrusted is not None:  # (another user could have planted its files: not even written)
+            step.cache = CacheOutcome(device.name, "miss", self._untrusted)
+            step.prepared = driver.prepare_model(step.model, self.preference, self.priority, deadline, None, None)
+            return
         token, paths = self._cache_place(step, compound)
         reason = tried if tried is not None else self._load(step, deadline, token, paths)
         if reason is None:
@@ -241,7 +251,8 @@ class Compilation:
         finally:
             close_cache_files(handles)
         # A cache another compilation has not finished writing (or whose write was killed) is a miss.
-        outcome = "rejected" if reason.startswith("rejected") and INCOMPLETE not in reason else "miss"
+        outcome = ("rejected" if reason.startswith("rejected") and INCOMPLETE not in reason
+                   and NOT_RECORDED not in reason else "miss")
         step.cache = CacheOutcome(device.name, outcome, reason if handles is not None
                                   else f"{reason}; cache files could not be created")
 

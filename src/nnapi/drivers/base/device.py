@@ -465,7 +465,7 @@ class DriverDevice(IDevice):
         if not self._state_usable():
             return
         try:
-            digest = save_artifacts(handles, token, self.registry, self.CACHE_FILES, *self.save(prepared))
+            digest = save_artifacts(handles, token, self.registry, self.CACHE_FILES, *self.save(prepared), uid=uid)
         except Exception as e:  # e.g. unwritable files, an unusable state directory, an unserializable program
             log.info("%s: compilation not cached: %s: %s", self.NAME, type(e).__name__, e)
             return
@@ -476,7 +476,7 @@ class DriverDevice(IDevice):
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"{self.NAME}: caching is off (no usable state directory)")
         try:
             model_blobs, data_blobs, job.verified = load_artifacts(handles, token, self.registry, self.CACHE_FILES,
-                                                                   lambda digest: self.holds(job, digest))
+                                                                   lambda digest: self.holds(job, digest), job.uid)
         except NnError:
             raise
         except (sqlite3.Error, OSError) as e:
