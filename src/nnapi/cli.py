@@ -105,6 +105,7 @@ def _cache_folder(path: str | None) -> str | None:
     be created or one that cannot be written is an error before any work."""
     if path is None:
         return None
+    path = os.path.expanduser(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise CommandError(f"--cache-dir {path}: not a folder")
     try:
@@ -542,7 +543,7 @@ def _check_run(args: argparse.Namespace) -> None:
         _output_file(path, option)
     _plot_file(getattr(args, "plot", None))
     _distinct_outputs(outputs | {"--plot": getattr(args, "plot", None)})
-    _cache_folder(args.cache_dir)
+    args.cache_dir = _cache_folder(args.cache_dir)
     _device_names([args.device])
 
 

@@ -54,7 +54,7 @@ def deadline_after(ns: int | None) -> int | None:
 def _cache_directory(cache_dir: str | os.PathLike) -> str:
     """The cache directory, created (0700) when missing; BAD_DATA when it is not a usable directory."""
     try:
-        path = os.fspath(cache_dir)
+        path = os.path.expanduser(os.fspath(cache_dir))
     except TypeError:
         raise NnError(ResultCode.BAD_DATA, f"Compilation: cache_dir must be a path, got {cache_dir!r}") from None
     if not path:
