@@ -1,5 +1,7 @@
 # Set-up and everyday commands. `make run` and `make test` work on a fresh machine.
-PYTHON ?= python3
+# Python 3.12 where the machine has it (jax 0.12, the pinned compiler, needs it), else python3.
+PYTHON ?= $(shell for p in python3.12 $(wildcard $(HOME)/.pyenv/versions/3.12*/bin/python3.12); do \
+	$$p -c pass 2>/dev/null && { echo $$p; exit; }; done; echo python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
