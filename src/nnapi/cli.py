@@ -450,10 +450,10 @@ def _npy_array(f: BinaryIO, what: str) -> np.ndarray:
 
 
 def load_inputs(path: str | None, infos, names: list[str] | None = None) -> tuple[list, list[str], list[str]]:
-    """Inputs from an .npy (the model's one input) or an .npz (keys: input names or input_0, input_1,
-    ...), random where absent. Returns the values in input order (as stored: `nnapi.load`'s checks
-    convert them), per input where it came from, and the keys no input took. `infos` give the random
-    data's shapes, `names` the input names."""
+    """Inputs from an .npy (the model's one input) or an .npz (keys: input names, signature names or
+    input_0, input_1, ...), random where absent. Returns the values in input order (as stored:
+    `nnapi.load`'s checks convert them), per input where it came from, and the keys no input took.
+    `infos` give the random data's shapes and the signature names, `names` the input names."""
     arrays = random_inputs(infos)
     sources = ["random"] * len(infos)
     if path is None:
@@ -465,19 +465,27 @@ def load_inputs(path: str | None, infos, names: list[str] | None = None) -> tupl
             raise CommandError(f"--inputs {path}: an .npy file holds one array and the model has {len(names)} "
                                f"inputs ({', '.join(names)}): give an .npz with one array per input")
         return [stored], [path], []
-    keys = _input_keys(stored, names, path)
+    keys = _input_keys(stored, names, path, [getattr(info, "signature_name", None) for info in infos])
     for k, key in keys.items():
         arrays[k] = stored[key]
         sources[k] = f"{path}:{key}"
     return arrays, sources, [key for key in stored if key not in keys.values()]
 
 
-def _input_keys(stored: dict, names: list[str], path: str) -> dict[int, str]:
-    """{input position: its .npz key}: input k is named `names[k]` or `input_k`. A key that would give two
-    inputs (one's name, another's position) or two keys for one input is an error naming them."""
+def _input_keys(stored: dict, names: list[str], path: str,
+                signature_names: list[str | None] | None = None) -> dict[int, str]:
+    """{input position: its .npz key}: input k is named `names[k]`, `signature_names[k]` (the name the
+    model's signature gives it, where it has one) or `input_k`. A key that would give two inputs (one's
+    name, another's signature name or position) or two keys for one input is an error naming them."""
     keys: dict[int, str] = {}
+    signature_names = list(signature_names or [])
     for key in stored:
         named = names.index(key) if key in names else None
+        signed = signature_names.index(key) if key in signature_names else None
+        if named is not None and signed is not None and named != signed:
+            raise CommandError(f"--inputs {path}: key {key!r} is the name of input {named} and the signature name "
+                               f"of input {signed}: use the tensor names as keys ({', '.join(names)})")
+        named = named if named is not None else signed
         placed = int(key[6:]) if re.fullmatch(r"input_(0|[1-9][0-9]*)", key) and int(key[6:]) < len(names) else None
         if named is not None and placed is not None and named != placed:
             raise CommandError(f"--inputs {path}: key {key!r} is the name of input {named} and the position of "
@@ -524,11 +532,11 @@ def _summary(array, info, top: int = 5) -> str:
     import numpy as np
     real = _real(array, info)
     if not real.size:
-        return f"{info.name} {np.asarray(array).dtype}{list(np.shape(array))}: empty"
+        return f"{info.label} {np.asarray(array).dtype}{list(np.shape(array))}: empty"
     order = np.argsort(-real, kind="stable")[:top]
     tops = ", ".join(f"[{int(i)}] {real[i]:.4g}" for i in order)
-    return (f"{info.name} {np.asarray(array).dtype}{list(np.shape(array))}: min {real.min():.4g} max {real.max():.4g} "
-            f"mean {real.mean():.4g}; top {min(top, real.size)}: {tops}")
+    return (f"{info.label} {np.asarray(array).dtype}{list(np.shape(array))}: min {real.min():.4g} "
+            f"max {real.max():.4g} mean {real.mean():.4g}; top {min(top, real.size)}: {tops}")
 
 
 def _check_run(args: argparse.Namespace) -> None:
@@ -580,7 +588,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         feed, sources, unused = load_inputs(args.inputs, imported.inputs, [i.name for i in infos])
         for key in unused:
             print(f"nnapi run: warning: --inputs {args.inputs}: key {key!r} matches no input and is not used "
-                  f"(inputs: {', '.join(i.name for i in infos)}, or input_0, input_1, ...)", file=sys.stderr)
+                  f"(inputs: {', '.join(i.label for i in infos)}, or input_0, input_1, ...)", file=sys.stderr)
         inputs, converted = check_inputs(infos, feed, cast=True)
         for info, source in zip(infos, sources):
             extra = f" (converted: {converted[info.name]})" if info.name in converted else ""
@@ -610,12 +618,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
         say(f"  output {_summary(value, info)}")
     if args.save_outputs:
         with open(args.save_outputs, "wb") as f:  # a file object: numpy would add ".npz" to another name
-            np.savez(f, **{f"output_{k}": v for k, v in enumerate(outputs.values())})
+            np.savez(f, **_saved_outputs(out_infos, list(outputs.values())))
         say(f"outputs saved to {args.save_outputs}")
     if args.json:
         report.update(
-            inputs=[{"name": i.name, "shape": list(a.shape), "dtype": str(a.dtype), "source": src,
-                     "converted": converted.get(i.name)} for i, a, src in zip(infos, inputs, sources)],
+            inputs=[{"name": i.name, **_signature_field(i), "shape": list(a.shape), "dtype": str(a.dtype),
+                     "source": src, "converted": converted.get(i.name)} for i, a, src in zip(infos, inputs, sources)],
             unused_input_keys=unused, devices=[d.name for d in found],
             partitions=[{k: row[k] for k in ("device", "operations", "kinds", "cache", "reason")}
                         for row in partitions],
@@ -627,12 +635,31 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _signature_field(info) -> dict:
+    """`signature_name` for --json, where the model's signature names the input or output."""
+    signature = getattr(info, "signature_name", None)
+    return {"signature_name": signature} if signature else {}
+
+
+def _saved_outputs(infos, values: list) -> dict:
+    """The `--save-outputs` arrays: `output_0`, `output_1`, ... in output order, and each output's
+    signature name too where the model has one that no other key already is."""
+    saved = {f"output_{k}": value for k, value in enumerate(values)}
+    for info, value in zip(infos, values):
+        signature = getattr(info, "signature_name", None)
+        if signature and signature not in saved:
+            saved[signature] = value
+    return saved
+
+
 def _output_report(array, info, top: int = 5) -> dict:
-    """An output as JSON: name, dtype, shape, min / max / mean and the top values (dequantized)."""
+    """An output as JSON: name (and signature_name), dtype, shape, min / max / mean and the top values
+    (dequantized)."""
     import numpy as np
     real = _real(array, info)
     order = np.argsort(-real, kind="stable")[:top]
-    return {"name": info.name, "dtype": str(np.asarray(array).dtype), "shape": list(np.shape(array)),
+    return {"name": info.name, **_signature_field(info), "dtype": str(np.asarray(array).dtype),
+            "shape": list(np.shape(array)),
             "min": float(real.min()) if real.size else None, "max": float(real.max()) if real.size else None,
             "mean": float(real.mean()) if real.size else None,
             "top": [[int(i), float(real[i])] for i in order]}
@@ -1058,10 +1085,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-ms", type=_milliseconds, help="execution deadline in milliseconds (0: no timeout, "
                                                             "the default)")
     p.add_argument("--preference", type=_preference_arg, default=1, help=_PREFERENCE_HELP)
-    p.add_argument("--inputs", help=".npy with the model's one input, or .npz with the inputs (keys: input names "
-                                    "or input_0, input_1, ...); random data where absent")
+    p.add_argument("--inputs", help=".npy with the model's one input, or .npz with the inputs (keys: input tensor "
+                                    "names, signature names or input_0, input_1, ...); random data where absent")
     p.add_argument("--save-outputs", help="write the outputs to this .npz (output_0, output_1, ... in the order "
-                                          "printed, where their names are)")
+                                          "printed, where their names are, and their signature names)")
     p.add_argument("--json", action="store_true", help="print one JSON object (inputs, partitions, times, outputs)")
     p.add_argument("--trace", metavar="FILE.json", help="write a Chrome / Perfetto trace of the run to this file")
     p.set_defaults(func=_cmd_run, check=_check_run)

@@ -2,9 +2,13 @@
 Runtime's `InferenceSession` feel, over the NDK-shaped runtime (`Model`, `Compilation`, `Execution`).
 
     model = nnapi.load("face.tflite", cache_dir="~/.cache/app")   # import, partition, compile (cached)
-    model.inputs          # [TensorInfo(name, shape, dtype, scale, zero_point)], also model.outputs
+    model.inputs          # [TensorInfo(name, shape, dtype, scale, zero_point, signature_name)], also outputs
     out = model.run({"input": image})                            # {output name: array}
 
+An input is named by its tensor name, by its signature name where the `.tflite` has a SignatureDef
+(LiteRT's keys: "image", "tokens") or by its position (`input_0`, `input_1`, ...); a list or tuple
+gives the inputs in order. `run` returns an `Outputs`: {tensor name: array} in output order that
+also answers to each output's signature name ("output_0", "probs") and `output_0`, `output_1`, ....
 Inputs are checked exactly against the model: an unknown or missing name, a wrong dtype or shape
 is an `NnError(BAD_DATA)` naming the input, what it expects and what it was given. Conversions
 (another dtype, sizes of 1 added or dropped, floats quantized with the input's scale and zero
@@ -12,6 +16,7 @@ point) happen only with `run(..., cast=True)`, and `prepare` says which it made.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Mapping, Sequence
 
@@ -22,7 +27,7 @@ from .importers import ImportedModel, TensorInfo, load_tflite
 from .ops import numpy_dtype
 from .runtime import Compilation, Device, Execution, Model, model_token
 
-__all__ = ["CompiledModel", "TensorInfo", "check_inputs", "describe", "load"]
+__all__ = ["CompiledModel", "Outputs", "TensorInfo", "check_inputs", "describe", "load"]
 
 _PRIORITY_NAMES = {"low": Priority.LOW, "medium": Priority.MEDIUM, "high": Priority.HIGH}
 
@@ -52,9 +57,10 @@ def _preference(value: ExecutionPreference | int | str) -> ExecutionPreference |
     return value
 
 
-def _operand_infos(model: Model, io: str, names: Sequence[str] | None) -> list[TensorInfo]:
-    """What each model input (or output) takes: its name, the operand's shape (None where it is known
-    only at run time; None for a tensor of unknown rank), dtype and quantization."""
+def _operand_infos(model: Model, io: str, importer: Sequence[TensorInfo] | None) -> list[TensorInfo]:
+    """What each model input (or output) takes: its name (and signature name) from the importer, the
+    operand's shape (None where it is known only at run time; None for a tensor of unknown rank), dtype
+    and quantization."""
     main = model.to_hal().main
     indexes = main.input_indexes if io == "input" else main.output_indexes
     infos = []
@@ -66,9 +72,10 @@ def _operand_infos(model: Model, io: str, names: Sequence[str] | None) -> list[T
             shape = None
         else:
             shape = tuple(int(d) if d else None for d in operand.dimensions)
-        name = names[k] if names is not None and k < len(names) and names[k] else f"{io}_{k}"
-        infos.append(TensorInfo(name, shape, numpy_dtype(operand.type), float(operand.scale),
-                                int(operand.zero_point)))
+        given = importer[k] if importer is not None and k < len(importer) else None
+        infos.append(TensorInfo(given.name if given is not None and given.name else f"{io}_{k}", shape,
+                                numpy_dtype(operand.type), float(operand.scale), int(operand.zero_point),
+                                given.signature_name if given is not None else None))
     return infos
 
 
@@ -77,9 +84,68 @@ def _unique(infos: list[TensorInfo]) -> list[TensorInfo]:
     seen: dict[str, int] = {}
     for info in infos:
         seen[info.name] = seen.get(info.name, 0) + 1
-    return [info if seen[info.name] == 1 else TensorInfo(f"{info.name}:{k}", info.shape, info.dtype, info.scale,
-                                                          info.zero_point)
+    return [info if seen[info.name] == 1 else dataclasses.replace(info, name=f"{info.name}:{k}")
             for k, info in enumerate(infos)]
+
+
+def _names(infos: Sequence[TensorInfo], io: str) -> dict[str, list[int]]:
+    """{name: the inputs (outputs) it may mean}: each one's tensor name and signature name, then its
+    position (`input_0`, ...) unless that is already some input's name (a name wins over a position)."""
+    named: dict[str, list[int]] = {}
+    for k, info in enumerate(infos):
+        for name in dict.fromkeys(n for n in (info.name, info.signature_name) if n):
+            named.setdefault(name, []).append(k)
+    for k in range(len(infos)):
+        named.setdefault(f"{io}_{k}", [k])
+    return named
+
+
+def _accepted(infos: Sequence[TensorInfo], io: str) -> str:
+    """Every name an input (output) takes, for messages: "image (or serving_default_image:0, input_0)"."""
+    rows = []
+    for k, info in enumerate(infos):
+        others = [n for n in dict.fromkeys((info.name, f"{io}_{k}")) if n != (info.signature_name or info.name)]
+        rows.append(f"{info.signature_name or info.name}" + (f" (or {', '.join(others)})" if others else ""))
+    return "; ".join(rows) or "none"
+
+
+class Outputs(dict):
+    """What `CompiledModel.run` returns: {output tensor name: array} in output order (iteration, `keys`,
+    `values`, `items`, `len` see those names only), whose lookups (`[]`, `get`, `in`) also take each
+    output's signature name ("output_0", "probs") and its position `output_0`, `output_1`, ...; an
+    unknown name is a `KeyError` listing the accepted ones."""
+
+    def __init__(self, infos: Sequence[TensorInfo], values: Sequence[np.ndarray]) -> None:
+        super().__init__((info.name, value) for info, value in zip(infos, values))
+        self._infos = list(infos)
+        self._named = _names(self._infos, "output")
+
+    def _resolve(self, key: Any) -> Any:
+        if dict.__contains__(self, key) or not isinstance(key, str) or key not in self._named:
+            return key
+        meant = self._named[key]
+        if len(meant) > 1:
+            raise KeyError(f"{key!r} names outputs {', '.join(str(k) for k in meant)}: use a tensor name "
+                           f"({', '.join(self._infos[k].name for k in meant)})")
+        return self._infos[meant[0]].name
+
+    def __missing__(self, key: Any) -> np.ndarray:
+        name = self._resolve(key)
+        if name is key:
+            raise KeyError(f"no output named {key!r}; the outputs are: {_accepted(self._infos, 'output')}")
+        return dict.__getitem__(self, name)
+
+    def __contains__(self, key: object) -> bool:
+        try:
+            return dict.__contains__(self, self._resolve(key))
+        except KeyError:
+            return False
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def __reduce__(self):
+        return (Outputs, (self._infos, list(self.values())))
 
 
 def _shape_text(shape: tuple | None) -> str:
@@ -108,11 +174,15 @@ class CompiledModel:
 
     @property
     def input_names(self) -> list[str]:
-        return [i.name for i in self.inputs]
+        """Each input's name: its signature name where the `.tflite` has one, else its tensor name
+        (`input_0`, ... for a model built in Python). `run` also takes the tensor names and `input_N`."""
+        return [i.signature_name or i.name for i in self.inputs]
 
     @property
     def output_names(self) -> list[str]:
-        return [o.name for o in self.outputs]
+        """Each output's name: its signature name where the `.tflite` has one, else its tensor name
+        (`output_0`, ...). `run`'s result answers to these, the tensor names and `output_N`."""
+        return [o.signature_name or o.name for o in self.outputs]
 
     @property
     def cache_outcomes(self) -> list:
@@ -137,12 +207,14 @@ class CompiledModel:
 
     # --- running ------------------------------------------------------------------------------------
     def run(self, inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray, *, cast: bool = False,
-            timeout: float | None = None) -> dict[str, np.ndarray]:
-        """Run once and return {output name: array}. `inputs`: {name: array} (or a list in input
-        order; a bare array for a one-input model). `timeout`: seconds for this run (None or 0: none)."""
+            timeout: float | None = None) -> Outputs:
+        """Run once and return {output tensor name: array} (an `Outputs`, which also answers to the
+        signature names and `output_N`). `inputs`: {name: array}, a name being an input's tensor name,
+        signature name or `input_N` (or a list or tuple in input order; a bare array for a one-input
+        model). `timeout`: seconds for this run (None or 0: none)."""
         arrays, _ = self.prepare(inputs, cast=cast)
         values = Execution(self.compilation).run(arrays, timeout=timeout)
-        return {info.name: value for info, value in zip(self.outputs, values)}
+        return Outputs(self.outputs, values)
 
 
 def describe(model: Model | ImportedModel) -> tuple[list[TensorInfo], list[TensorInfo]]:
@@ -150,24 +222,35 @@ def describe(model: Model | ImportedModel) -> tuple[list[TensorInfo], list[Tenso
     imported model, `input_0`, ... / `output_0`, ... for one built in Python."""
     imported = model if isinstance(model, ImportedModel) else None
     built = imported.model if imported is not None else model
-    in_names = [i.name for i in imported.inputs] if imported is not None else None
-    out_names = [o.name for o in imported.outputs] if imported is not None else None
-    return (_unique(_operand_infos(built, "input", in_names)), _unique(_operand_infos(built, "output", out_names)))
+    return (_unique(_operand_infos(built, "input", imported.inputs if imported is not None else None)),
+            _unique(_operand_infos(built, "output", imported.outputs if imported is not None else None)))
 
 
 def _ordered(infos: list[TensorInfo], inputs: Mapping[str, Any] | Sequence[Any] | np.ndarray) -> list[Any]:
-    """The values in input order, from a {name: value} mapping, a sequence or (one input) an array."""
-    input_names = [i.name for i in infos]
-    names = ", ".join(input_names) or "none"
+    """The values in input order, from a {name: value} mapping (see `_names`), a sequence or (one input)
+    an array."""
+    names = ", ".join(i.signature_name or i.name for i in infos) or "none"
     if isinstance(inputs, Mapping):
-        unknown = [k for k in inputs if k not in input_names]
+        named = _names(infos, "input")
+        unknown = [k for k in inputs if not isinstance(k, str) or k not in named]
         if unknown:
-            raise _bad(f"run: no input named {', '.join(repr(k) for k in unknown)}; the inputs are: {names}")
-        missing = [n for n in input_names if n not in inputs]
+            raise _bad(f"run: no input named {', '.join(repr(k) for k in unknown)}; the inputs are: "
+                       f"{_accepted(infos, 'input')}")
+        keys: dict[int, str] = {}
+        for key in inputs:
+            meant = named[key]
+            if len(meant) > 1:
+                raise _bad(f"run: key {key!r} names inputs {', '.join(str(k) for k in meant)} "
+                           f"({', '.join(infos[k].name for k in meant)}): use their tensor names")
+            if meant[0] in keys:
+                raise _bad(f"run: keys {keys[meant[0]]!r} and {key!r} both give input {meant[0]} "
+                           f"({infos[meant[0]].signature_name or infos[meant[0]].name})")
+            keys[meant[0]] = key
+        missing = [i.signature_name or i.name for k, i in enumerate(infos) if k not in keys]
         if missing:
-            raise _bad(f"run: input {', '.join(repr(n) for n in missing)} not given; the inputs are: {names} "
-                       f"(None leaves an optional input without a value)")
-        return [inputs[n] for n in input_names]
+            raise _bad(f"run: input {', '.join(repr(n) for n in missing)} not given; the inputs are: "
+                       f"{_accepted(infos, 'input')} (None leaves an optional input without a value)")
+        return [inputs[keys[k]] for k in range(len(infos))]
     if isinstance(inputs, np.ndarray):
         if len(infos) != 1:
             raise _bad(f"run: the model has {len(infos)} inputs ({names}): give a {{name: array}} dict "

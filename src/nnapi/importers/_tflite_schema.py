@@ -6,9 +6,10 @@ TFLite schema promises and the importer relies on: indexes (tensors, buffers, op
 subgraph inputs and outputs), enums (tensor types, option types, sparse index types), shapes
 (rank, dimensions, sizes NNAPI can address), quantization arrays (matching lengths, a valid
 channel dimension, finite scales), buffers (inside the file, as many bytes as the shape needs) and
-sparsity metadata. Whatever is wrong is `NnError(BAD_DATA)` naming the file, and the subgraph,
-tensor, operator or field at fault. Options tables are read on demand (`FlatOperator.options`),
-checked against the operator they belong to.
+sparsity metadata, signatures (SignatureDefs: a subgraph in range, names unique, each naming an
+input or output of its subgraph). Whatever is wrong is `NnError(BAD_DATA)` naming the file, and the
+subgraph, tensor, operator, signature or field at fault. Options tables are read on demand
+(`FlatOperator.options`), checked against the operator they belong to.
 """
 from __future__ import annotations
 
@@ -59,6 +60,12 @@ def _in(subgraph: int) -> str:
 
 def _bad(message: str) -> BadModel:
     return BadModel(message)
+
+
+def _quoted(text: str, limit: int = 40) -> str:
+    """A name read from the file, for messages: quoted, unprintable characters as '?', at most `limit`."""
+    shown = "".join(c if c.isprintable() else "?" for c in text[:limit])
+    return f"'{shown}'" + ("..." if len(text) > limit else "")
 
 
 @dataclass
@@ -174,6 +181,18 @@ class FlatSubgraph:
 
 
 @dataclass
+class FlatSignature:
+    """A SignatureDef: its key (e.g. "serving_default"), the subgraph it runs, and the names it gives
+    that subgraph's inputs and outputs, as (name, tensor index) pairs in the file's order."""
+
+    index: int
+    key: str
+    subgraph: int
+    inputs: tuple[tuple[str, int], ...]
+    outputs: tuple[tuple[str, int], ...]
+
+
+@dataclass
 class FlatModel:
     """A parsed `.tflite` file over a read-only memory mapping of it."""
 
@@ -183,6 +202,8 @@ class FlatModel:
     subgraphs: list[FlatSubgraph] = field(default_factory=list)
     version: int = 0
     description: str = ""
+    #: The file's SignatureDefs (Model field 7), checked against the subgraphs; [] when it has none.
+    signatures: list[FlatSignature] = field(default_factory=list)
     #: The open file descriptor (read-only) the mapping came from; `close_fd` closes it.
     fd: int = -1
 
@@ -190,6 +211,12 @@ class FlatModel:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+    def signature(self, subgraph: int = 0) -> FlatSignature | None:
+        """The signature of `subgraph` (the main one by default): "serving_default" when several name
+        it, else the first; None when none does."""
+        found = [s for s in self.signatures if s.subgraph == subgraph]
+        return next((s for s in found if s.key == "serving_default"), found[0] if found else None)
 
     def data(self, tensor: FlatTensor) -> memoryview | None:
         """The raw bytes of a constant tensor, in place in the mapping."""
@@ -263,7 +290,38 @@ class _Parser:
         subgraphs = root.tables(2, "subgraphs", "subgraph {}")
         for s, g in enumerate(subgraphs):
             flat.subgraphs.append(self.subgraph(s, g, regions, codes))
+        flat.signatures = [self.signature(k, sd, flat.subgraphs)
+                           for k, sd in enumerate(root.tables(7, "signature_defs", "signature {}"))]
         return flat
+
+    def signature(self, k: int, sd: Table, subgraphs: list[FlatSubgraph]) -> FlatSignature:
+        """One SignatureDef: its subgraph in range, and in each of its input and output maps every name
+        unique and naming a distinct input (output) of that subgraph."""
+        key = sd.string(2, "signature_key") or ""
+        what = f"signature {k} {_quoted(key)}"
+        s = sd.scalar(4, "subgraph_index", _U32, 0)
+        if s >= len(subgraphs):
+            raise _bad(f"{what}: subgraph_index {s} out of range (the model has {len(subgraphs)} subgraphs)")
+        sub = subgraphs[s]
+        maps = []
+        for field_index, io, allowed in ((0, "input", sub.inputs), (1, "output", sub.outputs)):
+            pairs: list[tuple[str, int]] = []
+            template = what.replace("{", "{{").replace("}", "}}") + f" {io} {{}}"
+            for j, tm in enumerate(sd.tables(field_index, f"{io}s", template)):
+                name = tm.string(0, "name") or ""
+                t = tm.scalar(1, "tensor_index", _U32, 0)
+                if t not in allowed:
+                    raise _bad(f"{what}: {io} {j} {_quoted(name)} is tensor {t}, not an {io} of subgraph {s} "
+                               f"(its {io}s are tensors {list(allowed)})")
+                if not name:
+                    raise _bad(f"{what}: {io} {j} (tensor {t}) has no name")
+                for other, (n, u) in enumerate(pairs):
+                    if n == name or u == t:
+                        raise _bad(f"{what}: {io}s {other} and {j} both name " +
+                                   (_quoted(name) if n == name else f"tensor {t}"))
+                pairs.append((name, t))
+            maps.append(tuple(pairs))
+        return FlatSignature(k, key, s, maps[0], maps[1])
 
     def buffer(self, buf: Table) -> tuple[int, int] | None:
         region = buf.vector_region(0, "data")

@@ -23,8 +23,12 @@ What the importer does:
   every such operator with its subgraph, index and inputs;
 - the file is read through a validating layer (`_flatbuffer.py`, `_tflite_schema.py`): whatever is
   malformed (an offset, a length, an index, an enum, an options table, a shape, quantization arrays,
-  sparsity metadata, a control-flow reference) is one `NnError(BAD_DATA)` naming the tensor,
-  operator or field at fault, raised before anything is allocated from it.
+  sparsity metadata, a control-flow reference, a signature) is one `NnError(BAD_DATA)` naming the
+  tensor, operator or field at fault, raised before anything is allocated from it;
+- inputs and outputs keep their tensor names (`TensorInfo.name`) and, where the file has a
+  SignatureDef for the main subgraph ("serving_default" first), the names it gives them
+  (`TensorInfo.signature_name`, e.g. "image", "output_0"); `ImportedModel.input_names` /
+  `output_names` prefer the signature names.
 """
 from __future__ import annotations
 
@@ -91,17 +95,24 @@ class UnsupportedOperatorsError(NnError):
 
 @dataclass(frozen=True)
 class TensorInfo:
-    """A model input or output as the app sees it."""
+    """A model input or output as the app sees it: `name` is the TFLite tensor name, `signature_name`
+    the name the model's signature gives it (LiteRT's key, e.g. "image"), None without one."""
 
     name: str
     shape: tuple[int, ...]
     dtype: np.dtype
     scale: float = 0.0
     zero_point: int = 0
+    signature_name: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The name for messages, with the signature name where there is one: "x:0 (signature: image)"."""
+        return f"{self.name} (signature: {self.signature_name})" if self.signature_name else self.name
 
     def __str__(self) -> str:
         q = f" q({self.scale:g}, {self.zero_point})" if self.scale else ""
-        return f"{self.name} {self.dtype}{list(self.shape)}{q}"
+        return f"{self.label} {self.dtype}{list(self.shape)}{q}"
 
 
 @dataclass
@@ -122,6 +133,23 @@ class ImportedModel:
     operations: Counter = field(default_factory=Counter)
     _flat: FlatModel | None = None
     _token: bytes | None = None
+    #: The key of the signature the names come from ("serving_default"), None when the file has none
+    #: for the main subgraph.
+    signature_key: str | None = None
+
+    @property
+    def input_names(self) -> list[str]:
+        """Each input's name, in input order: the name the file's signature gives it where it has a
+        signature for the main subgraph (LiteRT's `get_signature_runner` keys, e.g. "image"; of
+        "serving_default" when several), else its tensor name (`inputs[k].name`). `nnapi.load`'s `run`
+        takes these, the tensor names and `input_0`, `input_1`, ... alike."""
+        return [i.signature_name or i.name for i in self.inputs]
+
+    @property
+    def output_names(self) -> list[str]:
+        """Each output's name, in output order: its signature name (e.g. "output_0", "probs") where the
+        file has a signature for the main subgraph, else its tensor name (see `input_names`)."""
+        return [o.signature_name or o.name for o in self.outputs]
 
     def token(self) -> bytes:
         """A 32-byte cache token: SHA-256 of the file (read through the mapping), nnapi and importer versions."""
@@ -242,11 +270,15 @@ class _Converter:
         if self.problems:
             raise UnsupportedOperatorsError(flat.path, self.problems)
         graph.finish()
-        inputs = [_info(main.tensors[t]) for t in main.inputs]
-        outputs = [_info(main.tensors[t]) for t in main.outputs]
+        signature = flat.signature(0)
+        in_names = dict((t, n) for n, t in signature.inputs) if signature else {}
+        out_names = dict((t, n) for n, t in signature.outputs) if signature else {}
+        inputs = [_info(main.tensors[t], in_names.get(t)) for t in main.inputs]
+        outputs = [_info(main.tensors[t], out_names.get(t)) for t in main.outputs]
         return ImportedModel(graph.m, flat.path, inputs, outputs, self.memory,
                              sum(length for _, length in self.referenced_regions), self.copied_bytes,
-                             self.operators, self.operations, flat)
+                             self.operators, self.operations, flat,
+                             signature_key=signature.key if signature else None)
 
     def submodel(self, index: int, input_order: list[int], output_order: list[int]) -> Model | None:
         """A finished model of subgraph `index` with its inputs / outputs in the given order (None on problems).
@@ -281,13 +313,13 @@ class _Converter:
         return self._submodels[key]
 
 
-def _info(t: FlatTensor) -> TensorInfo:
+def _info(t: FlatTensor, signature_name: str | None = None) -> TensorInfo:
     q = t.quant
     dtype = t.dtype if t.dtype is not None else np.dtype(np.float32)
     if dtype == np.int64:
         dtype = np.dtype(np.int32)
     return TensorInfo(t.name, t.shape or (1,), dtype, q.scale if q and not q.per_channel else 0.0,
-                      q.zero_point if q and not q.per_channel else 0)
+                      q.zero_point if q and not q.per_channel else 0, signature_name)
 
 
 def _graph_class():

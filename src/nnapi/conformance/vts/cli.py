@@ -33,7 +33,14 @@ def add_parser(sub: Any) -> None:
                    help="seconds any single driver call or awaited callback may take before it fails (default 60)")
     p.add_argument("--show-failures", type=int, default=50, help="failures to print in full (default 50)")
     p.add_argument("--show-skips", action="store_true", help="also print every skipped check and its reason")
-    p.set_defaults(func=main)
+    p.set_defaults(func=main, check=_check)
+
+
+def _check(args: argparse.Namespace) -> None:
+    """Before any work: the --json file can be written (as `nnapi cts` checks it; a `CommandError`,
+    one line and exit status 2)."""
+    from ...cli import _output_file  # the command's own check; imported here, as `nnapi` imports this module
+    _output_file(args.json, "--json")
 
 
 def _suites(text: str | None) -> list[str]:
