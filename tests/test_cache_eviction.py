@@ -79,3 +79,80 @@ def test_benchmarks_between_two_runs_leave_every_cache_folder_a_hit(tmp_path):
     for folder in folders:
         again = _nnapi(env, "run", MODEL, "--device", "xla", "--cache-dir", folder, "--json")
         assert [(p["cache"], p["reason"]) for p in again["partitions"]] == [("hit", "")], again["partitions"]
+
+
+def test_a_cache_lock_held_by_another_process_is_a_miss_by_the_deadline(tmp_path):
+    """A cache lock is taken without blocking and retried until the deadline: a process holding it (an
+    attacker, a stuck writer) costs a miss with the reason, never a hang (it blocked forever before)."""
+    import fcntl
+    import time
+
+    from nnapi.caching.files import BUSY
+
+    registry = IntegrityRegistry("reference", "1.0", tmp_path / "integrity.sqlite3")
+    files = _handles(tmp_path / "c")
+    save_artifacts(files, TOKEN, registry, (1, 1), [b"model"], [b"data"])
+    ready_r, ready_w = os.pipe()
+    done_r, done_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # holds the lock until told to stop
+        fcntl.flock(os.open(tmp_path / "c" / "m0", os.O_RDWR), fcntl.LOCK_EX)  # (a file description of its own)
+        os.write(ready_w, b"x")
+        os.read(done_r, 1)
+        os._exit(0)
+    try:
+        os.read(ready_r, 1)
+        start = time.monotonic()
+        with pytest.raises(NnError) as busy:
+            load_artifacts(files, TOKEN, registry, (1, 1), deadline_ns=time.monotonic_ns() + 300_000_000)
+        assert busy.value.message.startswith(BUSY) and time.monotonic() - start < 1.5, busy.value.message
+    finally:
+        os.write(done_w, b"x")
+        os.waitpid(pid, 0)
+    _close(files)
+
+
+def test_a_cache_write_that_fails_leaves_no_partial_files_and_warns(tmp_path):
+    """A full disk (here: a file size limit, which fails writes as ENOSPC does) while the cache is written:
+    the files that were partly written are emptied, so the space is every other model's again, and the
+    warning names the error (before: an INFO log, the partial files left)."""
+    import logging
+    import resource
+    import signal
+
+    import numpy as np
+
+    import nnapi
+
+    from test_caching_runtime import fc_model
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            records: list[str] = []
+            handler = logging.Handler()
+            handler.emit = lambda record: records.append(f"{record.levelname} {record.getMessage()}")
+            logging.getLogger("nnapi").addHandler(handler)
+            m = fc_model(np.ones((4, 16384), np.float32))  # 256 KiB of constants: over the limit
+            os.environ["NNAPI_STATE_DIR"] = str(tmp_path / "state")  # (a small registry: under the limit)
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+            resource.setrlimit(resource.RLIMIT_FSIZE, (128 << 10, resource.RLIM_INFINITY))
+            cache = tmp_path / "cache"
+            c = nnapi.Compilation(m, devices=["reference"], cache_dir=cache, token=TOKEN).finish()
+            value = float(c.execute([np.ones((1, 16384), np.float32)])[0][0, 0])
+            sizes = sorted(os.path.getsize(cache / f) for f in os.listdir(cache))
+            result = json.dumps({"value": value, "sizes": sizes, "logs": records})
+        except BaseException as e:
+            result = json.dumps({"error": repr(e)})
+        os.write(w, result.encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        out = json.loads(f.read())
+    os.waitpid(pid, 0)
+    assert "error" not in out, out
+    assert out["value"] == 16384.0
+    assert out["sizes"] and set(out["sizes"]) == {0}, out
+    assert any(line.startswith("WARNING") and "could not be written" in line and "too large" in line
+               for line in out["logs"]), out["logs"]

@@ -325,7 +325,7 @@ def test_set_caching_checks(tmp_path, add_relu):
 
 
 # --- the stale-hit matrix: an app reusing its token for something else always misses -------------------
-def _fc_model(weights: np.ndarray, memory: nnapi.Memory | None = None, relaxed: bool = False) -> nnapi.Model:
+def fc_model(weights: np.ndarray, memory: nnapi.Memory | None = None, relaxed: bool = False) -> nnapi.Model:
     """out = FC(x, weights) with weights [4, n] (in `memory` when given)."""
     m = nnapi.Model()
     n = weights.shape[1]
@@ -364,7 +364,7 @@ def test_stale_changed_weights_in_app_memory(tmp_path, n):
     """The app rewrites the shared memory its weights live in, then recompiles with the same token."""
     w1 = np.arange(4 * n, dtype=np.float32).reshape(4, n) / n
     memory = nnapi.Memory.ashmem(w1.nbytes)
-    model = _fc_model(w1, memory)
+    model = fc_model(w1, memory)
     _check_fc(_outcome(model, tmp_path), w1)
     w2 = -w1
     memory.mapped().view(0, w2.nbytes)[:] = w2.tobytes()
@@ -381,7 +381,7 @@ def test_a_finished_models_structure_is_hashed_once_and_its_weights_at_every_com
     from nnapi.caching import fingerprint
     w = np.ones((4, 40), np.float32)
     memory = nnapi.Memory.ashmem(w.nbytes)
-    model = _fc_model(w, memory)
+    model = fc_model(w, memory)
     hal_model = model.to_hal()
     serialized = []
     original = fingerprint.model_to_bytes
@@ -407,7 +407,7 @@ def test_app_weights_are_mapped_once_for_the_fingerprint_and_let_go_of_with_thei
     from nnapi.memory import file_identity, process_mappings
     w = np.ones((4, 65536), np.float32)  # 1 MiB: 256 pages a fresh mapping would fault in
     memory = nnapi.Memory.ashmem(w.nbytes)
-    model = _fc_model(w, memory)
+    model = fc_model(w, memory)
     hal_model = model.to_hal()
     first = content_fingerprint(hal_model)
 
@@ -426,42 +426,42 @@ def test_app_weights_are_mapped_once_for_the_fingerprint_and_let_go_of_with_thei
 
 def test_stale_same_structure_other_weights(tmp_path):
     w1 = np.ones((4, 40), np.float32)
-    _outcome(_fc_model(w1), tmp_path)
+    _outcome(fc_model(w1), tmp_path)
     w2 = w1.copy()
     w2[3, 39] = 2.0                      # one value differs
-    c = _outcome(_fc_model(w2), tmp_path)
+    c = _outcome(fc_model(w2), tmp_path)
     assert c.cache_outcomes[0].outcome == "miss"
     _check_fc(c, w2)
-    c = _outcome(_fc_model(w1), tmp_path)
+    c = _outcome(fc_model(w1), tmp_path)
     assert c.cache_outcomes[0].outcome == "hit"
     _check_fc(c, w1)
 
 
 def test_stale_same_name_other_shapes(tmp_path):
     w1 = np.ones((4, 40), np.float32)
-    _outcome(_fc_model(w1), tmp_path)
+    _outcome(fc_model(w1), tmp_path)
     w2 = np.ones((4, 41), np.float32)
-    c = _outcome(_fc_model(w2), tmp_path)
+    c = _outcome(fc_model(w2), tmp_path)
     assert c.cache_outcomes[0].outcome == "miss"
     _check_fc(c, w2)
 
 
 def test_stale_changed_options(tmp_path):
     w = np.ones((4, 40), np.float32)
-    model = _fc_model(w)
+    model = fc_model(w)
     _outcome(model, tmp_path)
     for kwargs in ({"preference": ExecutionPreference.LOW_POWER}, {"priority": Priority.LOW}):
         c = _outcome(model, tmp_path, **kwargs)
         assert c.cache_outcomes[0].outcome == "miss", kwargs
         assert _outcome(model, tmp_path, **kwargs).cache_outcomes[0].outcome == "hit"
-    c = _outcome(_fc_model(w, relaxed=True), tmp_path)   # relaxed float16 computation is a model option
+    c = _outcome(fc_model(w, relaxed=True), tmp_path)   # relaxed float16 computation is a model option
     assert c.cache_outcomes[0].outcome == "miss"
     _check_fc(c, w)
 
 
 def test_stale_driver_version_bump(tmp_path):
     w = np.ones((4, 40), np.float32)
-    model = _fc_model(w)
+    model = fc_model(w)
     old = [device_for(VersionedReference("0.9.0"))]
     new = [device_for(VersionedReference("0.9.1"))]
     _outcome(model, tmp_path, old)
@@ -474,7 +474,7 @@ def test_stale_driver_version_bump(tmp_path):
 def test_stale_driver_version_bump_with_the_same_files(tmp_path, monkeypatch):
     """Even if the new driver were handed the old files (same derived token), its empty registry rejects them."""
     w = np.ones((4, 40), np.float32)
-    model = _fc_model(w)
+    model = fc_model(w)
     monkeypatch.setattr("nnapi.runtime.compilation.device_token", lambda *a: TOKEN)
     _outcome(model, tmp_path, [device_for(VersionedReference("0.9.0"))])
     c = _outcome(model, tmp_path, [device_for(VersionedReference("0.9.1"))])

@@ -194,3 +194,56 @@ def test_a_cross_uid_plant_in_a_shared_cache_folder_is_never_a_hit(service):
     assert value == [11, 12, 13, 14]
     status, message = result["direct"]
     assert status == ErrorStatus.GENERAL_FAILURE.name and "for this app" in message, result
+
+
+def test_an_attacker_holding_cache_locks_and_disconnecting_stalls_no_one(service):
+    """The audit's S5: 64 `prepare_model_from_cache` calls on files whose locks the attacker holds, then
+    a disconnect. A cache lock is taken without blocking and retried until the deadline (then a miss):
+    another uid's compile and ADD go on as usual."""
+    import fcntl
+
+    from nnapi.hal import CacheHandles
+
+    alone, _ = victim_latency(service, APP_B, 1.0)
+
+    def attack(until: float) -> dict:
+        folder = tempfile.mkdtemp()
+        fds = [os.open(os.path.join(folder, name), os.O_RDWR | os.O_CREAT, 0o600) for name in ("m", "d")]
+        os.pwrite(fds[0], b"x" * 4096, 0)
+        for fd in fds:  # held by this process for the whole attack
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        device = connect(service.socket)
+        outcomes: list[str] = []
+
+        def call() -> None:
+            try:
+                device.prepare_model_from_cache(None, CacheHandles((fds[0],), (fds[1],)), bytes(32))
+                outcomes.append("prepared")
+            except NnError as e:
+                outcomes.append(e.status.name)
+
+        callers = [threading.Thread(target=call, daemon=True) for _ in range(64)]
+        for t in callers:
+            t.start()
+        time.sleep(max(0.0, until - time.monotonic() - 1.0))
+        device.connection.close()  # disconnect with calls queued and blocked
+        return {"outcomes": outcomes}
+
+    def victim_compiles() -> dict:
+        t0 = time.monotonic()
+        c = nnapi.Compilation(binary_model(Op.ADD), devices=["reference"], timeout=10).finish()
+        x = np.ones(4, np.float32)
+        return {"compile_s": time.monotonic() - t0, "sum": c.execute([x, x])[0].tolist(),
+                "where": c.steps[0].device.where}
+
+    until = time.monotonic() + 4.0
+    attacked = fork_as(APP_A, lambda: attack(until))
+    time.sleep(1.0)
+    compiled = run_as(APP_B, victim_compiles)
+    loaded, _ = victim_latency(service, APP_B, 1.0)
+    attacked()
+    assert compiled["sum"] == [2.0] * 4 and compiled["where"] == f"service pid {service.pid}", compiled
+    assert compiled["compile_s"] < 3.0, compiled  # (it waited for the attacker's whole run before)
+    assert_served_as_usual(service, loaded, alone)
+    after = run_as(APP_B, victim_compiles)  # once the attacker is gone, nothing of its work is left
+    assert after["compile_s"] < 1.0, after

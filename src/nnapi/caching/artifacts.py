@@ -22,7 +22,7 @@ from typing import Callable, NamedTuple, Sequence
 import xxhash
 
 from ..hal import CacheHandles, ErrorStatus, NnError
-from .files import check_fds, check_read_write, locked, read_file, write_file
+from .files import BUSY, check_fds, check_read_write, locked, read_file, write_file
 from .registry import IntegrityRegistry
 
 _MAGIC = b"NNAPICA2"
@@ -36,6 +36,9 @@ MAX_FILE_BYTES = 4 << 30
 INCOMPLETE = "cache incomplete"
 #: How a load failure that means "the registry holds no record of it" starts: a miss, not a rejection.
 NOT_RECORDED = "not recorded"
+#: What a load failure that is a miss, not a rejection, starts with: not (completely) written, not
+#: recorded (dropped from the registry), or locked by another process for longer than the deadline.
+MISSES = (INCOMPLETE, NOT_RECORDED, BUSY)
 
 
 class CacheError(NnError):
@@ -142,11 +145,19 @@ def save_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
     with locked(fds, exclusive=True):  # record and files change together for every reader
         os.ftruncate(handles.model_cache[0], 0)  # emptied first, written last: a killed writer leaves "incomplete"
         registry.record(token, digest, uid)
-        for fd, content in zip(handles.data_cache, data_blobs):
-            write_file(fd, content)
-        for fd, content in zip(handles.model_cache[1:], model_files[1:]):
-            write_file(fd, content)
-        write_file(handles.model_cache[0], model_files[0])
+        try:
+            for fd, content in zip(handles.data_cache, data_blobs):
+                write_file(fd, content)
+            for fd, content in zip(handles.model_cache[1:], model_files[1:]):
+                write_file(fd, content)
+            write_file(handles.model_cache[0], model_files[0])
+        except OSError:  # (a full disk: what was written goes, so the space is every other model's again)
+            for fd in fds:
+                try:
+                    os.ftruncate(fd, 0)
+                except OSError:
+                    pass
+            raise
     return digest
 
 
@@ -161,9 +172,10 @@ class Verified(NamedTuple):
 
 
 def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegistry, counts: tuple[int, int],
-                   data_held: Callable[[bytes], bool] | None = None, uid: int | None = None) -> Verified:
+                   data_held: Callable[[bytes], bool] | None = None, uid: int | None = None,
+                   deadline_ns: int | None = None) -> Verified:
     """Read, verify against what app `uid` recorded, and return the blobs; GENERAL_FAILURE with the
-    reason when unusable.
+    reason when unusable (the files' lock is waited for until `deadline_ns`, `files.locked`).
 
     `data_held(digest)`, asked once the model files are verified: whether the driver already holds the
     data blobs of the content `digest` names (checked when it read them), so they are not read again."""
@@ -174,7 +186,7 @@ def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
     check_read_write(handles.data_cache, "data cache")
     fds = (*handles.model_cache, *handles.data_cache)
     try:
-        with locked(fds, exclusive=False):  # the files and the record as one writer left them
+        with locked(fds, exclusive=False, deadline_ns=deadline_ns):  # the files and the record as one writer left them
             model_files = [read_file(fd, MAX_FILE_BYTES) for fd in handles.model_cache]
             expected = registry.lookup(token, uid)
             _check_lengths(model_files, None, len(handles.data_cache))

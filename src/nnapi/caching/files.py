@@ -12,6 +12,7 @@ import fcntl
 import mmap
 import os
 import stat
+import time
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
@@ -23,14 +24,37 @@ from ..hal import ErrorStatus, NnError
 ALIGN = 64
 
 
+#: How long a cache lock is waited for when the caller has no deadline (a cooperating writer holds
+#: one for the time it takes to write the files; anyone else holding it longer costs a miss, not a hang).
+LOCK_WAIT_S = 2.0
+#: How a lock not had in time starts its error: a miss, not a rejection.
+BUSY = "cache busy"
+
+
 @contextmanager
-def locked(fds: Sequence[int], exclusive: bool) -> Iterator[None]:
-    """Hold shared (readers) or exclusive (writers) locks on every fd, taken in a fixed order."""
-    mode = fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH
+def locked(fds: Sequence[int], exclusive: bool, deadline_ns: int | None = None) -> Iterator[None]:
+    """Hold shared (readers) or exclusive (writers) locks on every fd, taken in a fixed order. Each is
+    taken without blocking and retried until `deadline_ns` (monotonic; default LOCK_WAIT_S from now):
+    whoever else holds a lock, a file's lock never keeps a compilation past its deadline. GENERAL_FAILURE
+    starting with BUSY when the locks cannot be had in time."""
+    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    end = deadline_ns if deadline_ns is not None else time.monotonic_ns() + int(LOCK_WAIT_S * 1e9)
     taken: list[int] = []
     try:
         for fd in _lock_order(fds):
-            fcntl.flock(fd, mode)
+            pause = 0.0005
+            while True:
+                try:
+                    fcntl.flock(fd, mode)
+                    break
+                except BlockingIOError:
+                    left = (end - time.monotonic_ns()) / 1e9
+                    if left <= 0:
+                        raise NnError(ErrorStatus.GENERAL_FAILURE,
+                                      f"{BUSY}: another process held the cache files' lock for longer than "
+                                      f"{'the deadline allowed' if deadline_ns is not None else f'{LOCK_WAIT_S:g} s'}")
+                    time.sleep(min(pause, left))
+                    pause = min(pause * 2, 0.02)
             taken.append(fd)
         yield
     finally:

@@ -10,7 +10,7 @@ import numpy as np
 
 from .. import hal, tracing as trace
 from ..caching import remembered_fingerprints
-from ..caching.artifacts import INCOMPLETE, NOT_RECORDED
+from ..caching.artifacts import MISSES
 from ..hal import (BYTE_SIZE_OF_CACHE_TOKEN, NO_DEADLINE, ErrorStatus, ExecutionPreference, NnError, Priority,
                    ResultCode)
 from .cache_files import (CacheOutcome, cache_paths, close_cache_files, content_fingerprint, device_token,
@@ -251,8 +251,7 @@ class Compilation:
         finally:
             close_cache_files(handles)
         # A cache another compilation has not finished writing (or whose write was killed) is a miss.
-        outcome = ("rejected" if reason.startswith("rejected") and INCOMPLETE not in reason
-                   and NOT_RECORDED not in reason else "miss")
+        outcome = "rejected" if reason.startswith("rejected") and not any(m in reason for m in MISSES) else "miss"
         step.cache = CacheOutcome(device.name, outcome, reason if handles is not None
                                   else f"{reason}; cache files could not be created")
 

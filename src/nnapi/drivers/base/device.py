@@ -466,7 +466,11 @@ class DriverDevice(IDevice):
             return
         try:
             digest = save_artifacts(handles, token, self.registry, self.CACHE_FILES, *self.save(prepared), uid=uid)
-        except Exception as e:  # e.g. unwritable files, an unusable state directory, an unserializable program
+        except OSError as e:  # a full disk, unwritable files: the partial files were emptied
+            log.warning("%s: compilation not cached, its cache files could not be written: %s", self.NAME,
+                        e.strerror or e)
+            return
+        except Exception as e:  # e.g. an unusable state directory, an unserializable program
             log.info("%s: compilation not cached: %s: %s", self.NAME, type(e).__name__, e)
             return
         self.saved(prepared, digest, uid)
@@ -476,7 +480,8 @@ class DriverDevice(IDevice):
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"{self.NAME}: caching is off (no usable state directory)")
         try:
             model_blobs, data_blobs, job.verified = load_artifacts(handles, token, self.registry, self.CACHE_FILES,
-                                                                   lambda digest: self.holds(job, digest), job.uid)
+                                                                   lambda digest: self.holds(job, digest), job.uid,
+                                                                   job.deadline)
         except NnError:
             raise
         except (sqlite3.Error, OSError) as e:
