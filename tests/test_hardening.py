@@ -385,3 +385,20 @@ def test_threads_that_look_up_operations_while_the_registry_loads_see_all_of_it(
         result = __import__("json").loads(out.stdout.strip().splitlines()[-1])
         assert result["claims"] == [True, True]
         assert all(seen == result["final"] for seen in result["seen"]), result
+
+
+@pytest.mark.parametrize("device", ["reference", "xla", "openvino"])
+def test_a_timeout_of_thirty_days_runs_as_no_timeout(device):
+    """A timeout too large for a backend's clock means none (openvino failed any over 2^31 ms, 24.9 days,
+    with a TypeError from InferRequest.wait_for)."""
+    month = 30 * 86400.0
+    c = nnapi.Compilation(add_model(4), devices=[device], timeout=month).finish()
+    x = np.arange(4, dtype=np.float32)
+    assert c.execute([x], timeout=month)[0].tolist() == (2 * x).tolist()  # (the constant is arange too)
+    e = nnapi.Execution(c)
+    e.set_timeout(month)
+    y = np.zeros(4, np.float32)
+    e.set_input(0, x)
+    e.set_output(0, y)
+    e.compute()
+    assert y.tolist() == (2 * x).tolist()

@@ -265,8 +265,8 @@ class OpenVinoPreparedModel(DriverPreparedModel):
             return
         r.start_async()
         while True:
-            left_ms = (deadline - time.monotonic_ns()) // 1_000_000
-            if r.wait_for(max(1, int(left_ms))):
+            left_ms = (deadline - time.monotonic_ns()) // 1_000_000  # (wait_for takes an int32 of ms: in steps)
+            if r.wait_for(min(max(1, int(left_ms)), _MAX_WAIT_MS)):
                 return
             if time.monotonic_ns() >= deadline:
                 r.cancel()
@@ -276,6 +276,10 @@ class OpenVinoPreparedModel(DriverPreparedModel):
                     pass
                 raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
                               "openvino execution: the deadline passed; the inference request was cancelled")
+
+
+#: The longest wait `InferRequest.wait_for` takes (an int32 of milliseconds, 24.9 days).
+_MAX_WAIT_MS = 2**31 - 1
 
 
 class _Preempted(Exception):
