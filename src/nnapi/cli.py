@@ -284,6 +284,7 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from .runtime import devices
+    from .runtime.devices import dropped_devices
     devs = devices()
     if args.json:
         print(json.dumps([{"name": d.name, "version": d.version, "type": d.type.name,
@@ -301,7 +302,10 @@ def _cmd_devices(args: argparse.Namespace) -> int:
     for d in devs:
         table.add_row(d.name, d.version, d.type.name, str(d.feature_level), str(d.cache_files),
                       f"{d.capabilities.performance(OperandType.TENSOR_FLOAT32).exec_time:g}", d.where)
-    stdout_console().print(table)
+    console = stdout_console()
+    console.print(table)
+    for name, why in sorted(dropped_devices().items()):  # (installed, but not a device: why)
+        console.print(f"left out: {name}: {why}", markup=False)
     return 0
 
 

@@ -15,7 +15,7 @@ from ..hal import (BYTE_SIZE_OF_CACHE_TOKEN, NO_DEADLINE, ErrorStatus, Execution
                    ResultCode)
 from .cache_files import (CacheOutcome, cache_paths, close_cache_files, content_fingerprint, device_token,
                           mark_used, open_cache_files, open_cached, untrusted_folder)
-from .devices import Device, devices as all_devices, find_device
+from .devices import Device, devices as all_devices, find_device, guest_call
 from .model import Model
 from .partitioner import Step, partition
 
@@ -216,7 +216,8 @@ class Compilation:
         if isinstance(handles, str):
             return handles
         try:
-            step.prepared = step.device.driver.prepare_model_from_cache(deadline, handles, token)
+            step.prepared = guest_call(step.device, "prepare_model_from_cache",
+                                       step.device.driver.prepare_model_from_cache, deadline, handles, token)
             step.cache = CacheOutcome(step.device.name, "hit")
             mark_used(handles)
             return None
@@ -234,11 +235,13 @@ class Compilation:
         if self.token is None or not device.supports_caching:
             step.cache = CacheOutcome(device.name, "disabled", "no cache directory" if self.token is None
                                       else f"{device.name} does not cache")
-            step.prepared = driver.prepare_model(step.model, self.preference, self.priority, deadline, None, None)
+            step.prepared = guest_call(device, "prepare_model", driver.prepare_model, step.model, self.preference,
+                                       self.priority, deadline, None, None)
             return
         if self._untrusted is not None:  # (another user could have planted its files: not even written)
             step.cache = CacheOutcome(device.name, "miss", self._untrusted)
-            step.prepared = driver.prepare_model(step.model, self.preference, self.priority, deadline, None, None)
+            step.prepared = guest_call(device, "prepare_model", driver.prepare_model, step.model, self.preference,
+                                       self.priority, deadline, None, None)
             return
         token, paths = self._cache_place(step, compound)
         reason = tried if tried is not None else self._load(step, deadline, token, paths)
@@ -246,8 +249,8 @@ class Compilation:
             return
         handles = open_cache_files(paths, create=True)
         try:
-            step.prepared = driver.prepare_model(step.model, self.preference, self.priority, deadline, handles,
-                                                 token if handles is not None else None)
+            step.prepared = guest_call(device, "prepare_model", driver.prepare_model, step.model, self.preference,
+                                       self.priority, deadline, handles, token if handles is not None else None)
         finally:
             close_cache_files(handles)
         # A cache another compilation has not finished writing (or whose write was killed) is a miss.

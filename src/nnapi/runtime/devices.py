@@ -5,6 +5,11 @@ A service's device takes the place of the in-process driver of the same name (on
 is always the service); without a service directory every driver runs in-process. This is the one
 place of the runtime that knows services exist: the rest uses their `IDevice` proxies like any driver.
 
+A plug-in is a guest: what it reports is checked once, when it is created (a device whose info,
+capabilities or cache-file counts are not what the HAL says is dropped); creation is bounded in time
+(`DISCOVERY_TIMEOUT_S`, all plug-ins at once); any exception of a driver call is a failure of that device
+(`guest_call`); and a dropped plug-in is logged at warning level, its reason kept (`dropped_devices`).
+
 A served device whose service dies is marked dead (its calls fail with DEVICE_UNAVAILABLE). The
 default device list then leaves it out and always keeps an in-process reference driver, so the
 next compilation runs there; naming the dead device explicitly (`find_device`) is the error
@@ -13,12 +18,27 @@ keeps its state directory, so caches written before the crash are hits).
 """
 from __future__ import annotations
 
+import concurrent.futures
+import contextvars
+import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from importlib.metadata import entry_points
+from typing import Any, Callable
 
-from ..hal import Capabilities, DeviceType, IDevice, MAX_NUMBER_OF_CACHE_FILES
+from ..hal import (Capabilities, DeviceInfo, DeviceType, ErrorStatus, IDevice, MAX_NUMBER_OF_CACHE_FILES, NnError,
+                   ResultCode)
+
+log = logging.getLogger("nnapi.runtime")
+#: How long the installed drivers, all created at once, may take to be created and to answer what they
+#: are; one still creating then is left out (logged) until a later `devices()` finds it done.
+DISCOVERY_TIMEOUT_S = 5.0
+#: How long a device named by the app is waited for while its driver is still being created.
+NAMED_TIMEOUT_S = 60.0
+#: How long a driver may take to say which operations of a model it supports; past it, none.
+CLAIM_TIMEOUT_S = 5.0
 
 IN_PROCESS, SERVICE = "in-process", "service"
 
@@ -54,7 +74,6 @@ class Device:
 
     def supported_operations(self, model) -> list[bool]:
         """Which operations of a finished `Model`'s main graph this device can run (BAD_DATA if it rejects it)."""
-        from ..hal import ErrorStatus, NnError, ResultCode
         try:
             return list(self.driver.get_supported_operations(model.to_hal()))
         except NnError as e:
@@ -75,34 +94,116 @@ _unanswered: dict[str, tuple] = {}      # socket path -> socket_key of a socket 
 _dead: dict[str, Device] = {}           # name -> served device found dead at the last look
 
 
-def _make(driver: IDevice, **where) -> Device | None:
+class Dropped(Exception):
+    """A driver that cannot be a device: why (logged, and kept in `dropped_devices`)."""
+
+
+def _make(driver: IDevice, **where) -> Device:
+    """The device of `driver`, once what it reports is checked (Dropped saying what is wrong)."""
+    if driver is None:
+        raise Dropped("create_device returned None")
     info = driver.get_info()
-    n_model, n_data = driver.get_number_of_cache_files_needed()
-    if n_model > MAX_NUMBER_OF_CACHE_FILES or n_data > MAX_NUMBER_OF_CACHE_FILES:
-        return None  # Android drops such devices
-    return Device(info.name, info.version, info.type, info.feature_level, driver.get_capabilities(),
-                  (n_model, n_data), driver, **where)
+    if not isinstance(info, DeviceInfo) or not isinstance(info.name, str) or not info.name \
+            or not isinstance(info.version, str) or not isinstance(info.type, DeviceType) \
+            or not isinstance(info.feature_level, int):
+        raise Dropped(f"get_info returned {info!r}, not a DeviceInfo with a name, version, type and feature level")
+    counts = driver.get_number_of_cache_files_needed()
+    if not (isinstance(counts, (tuple, list)) and len(counts) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in counts)):
+        raise Dropped(f"get_number_of_cache_files_needed returned {counts!r}, not two counts")
+    n_model, n_data = counts
+    if n_model > MAX_NUMBER_OF_CACHE_FILES or n_data > MAX_NUMBER_OF_CACHE_FILES:  # (Android drops these too)
+        raise Dropped(f"asks for {n_model} model and {n_data} data cache files, more than the "
+                      f"{MAX_NUMBER_OF_CACHE_FILES} allowed")
+    capabilities = driver.get_capabilities()
+    if not isinstance(capabilities, Capabilities):
+        raise Dropped(f"get_capabilities returned {type(capabilities).__name__}, not Capabilities")
+    return Device(info.name, info.version, info.type, info.feature_level, capabilities, (n_model, n_data), driver,
+                  **where)
+
+
+def _create(ep) -> Device:
+    try:
+        return _make(ep.load()())
+    except Dropped:
+        raise
+    except Exception as e:
+        raise Dropped(f"{type(e).__name__}: {e}") from None
+
+
+def guest_call(device: "Device", what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`fn(*args)` of `device`'s driver: any exception that is not an NnError is a failure of that device,
+    GENERAL_FAILURE naming it (so the runtime falls back as it does for any driver failure), logged."""
+    try:
+        return fn(*args, **kwargs)
+    except NnError:
+        raise
+    except Exception as e:
+        log.warning("device %s: %s raised %s: %s", device.name, what, type(e).__name__, e)
+        raise NnError(ErrorStatus.GENERAL_FAILURE, f"device {device.name}: {what} raised "
+                                                   f"{type(e).__name__}: {e}") from None
+
+
+def bounded(fn: Callable[[], Any], timeout: float, name: str) -> concurrent.futures.Future:
+    """Run `fn` (a driver's code) on a thread of its own, in the caller's context; the future is
+    waited for with a bound, and a call that never returns costs only its thread."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        try:
+            future.set_result(context.run(fn))
+        except BaseException as e:
+            future.set_exception(e)
+
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return future
 
 
 _entry_points: list | None = None       # the `nnapi.drivers` entry points, read once per process
+_creating: dict[str, tuple[concurrent.futures.Future, float]] = {}  # entry point -> its creation, waited for until
+_dropped: dict[str, str] = {}            # entry point -> why it is not a device
+
+
+def dropped_devices() -> dict[str, str]:
+    """The installed drivers that are not devices, and why (creation failed, timed out, or reported
+    something the HAL does not allow)."""
+    with _lock:
+        return dict(_dropped)
 
 
 def _in_process(skip: set[str]) -> list[Device]:
-    """The installed drivers, created on first need, except those named in `skip` (served ones)."""
+    """The installed drivers, created on first need (all at once, bounded by DISCOVERY_TIMEOUT_S), except
+    those named in `skip` (served ones)."""
     global _entry_points
     if _entry_points is None:
         _entry_points = sorted(entry_points(group="nnapi.drivers"), key=lambda e: e.name)
+    for ep in _entry_points:
+        if ep.name not in skip and ep.name not in _local and ep.name not in _creating:
+            _creating[ep.name] = (bounded(lambda ep=ep: _create(ep), DISCOVERY_TIMEOUT_S, f"nnapi-create-{ep.name}"),
+                                  time.monotonic() + DISCOVERY_TIMEOUT_S)
+    if _creating:  # (each creation is waited for once, up to its bound)
+        concurrent.futures.wait([f for f, _ in _creating.values()],
+                                timeout=max(0.0, max(until for _, until in _creating.values()) - time.monotonic()))
+    for name, (future, _) in list(_creating.items()):
+        if not future.done():
+            if name not in _dropped:
+                log.warning("driver %s: create_device has not answered within %g s: left out until it does",
+                            name, DISCOVERY_TIMEOUT_S)
+                _dropped[name] = f"create_device has not answered within {DISCOVERY_TIMEOUT_S:g} s"
+            continue
+        del _creating[name]
+        _dropped.pop(name, None)
+        try:
+            _local[name] = future.result()
+        except Exception as e:  # a broken plugin must not take the runtime down
+            _local[name] = None
+            _dropped[name] = str(e)
+            log.warning("driver %s left out: %s", name, e)
     found = []
     for ep in _entry_points:
-        if ep.name in skip:
-            continue
-        if ep.name not in _local:
-            try:
-                _local[ep.name] = _make(ep.load()())
-            except Exception:  # a broken plugin must not take the runtime down
-                _local[ep.name] = None
-        dev = _local[ep.name]
-        if dev is not None and dev.name not in skip:
+        dev = _local.get(ep.name)
+        if ep.name not in skip and dev is not None and dev.name not in skip:
             found.append(dev)
     return found
 
@@ -117,9 +218,8 @@ def _connect(path: str) -> Device | None:
         return None
     try:
         dev = _make(driver, location=SERVICE, pid=driver.pid, socket=path)
-    except Exception:
-        dev = None
-    if dev is None:
+    except Exception as e:
+        log.warning("the service at %s left out: %s", path, e)
         driver.close()
         return None
     driver.on_death(lambda: setattr(dev, "dead", True))
@@ -183,9 +283,10 @@ def devices() -> list[Device]:
 
 def register_device(driver: IDevice) -> Device:
     """Add a driver at run time (tests, in-process plugins); it joins the list before the reference device."""
-    dev = _make(driver)
-    if dev is None:
-        raise ValueError("driver asks for too many cache files")
+    try:
+        dev = _make(driver)
+    except Dropped as e:
+        raise ValueError(str(e)) from None
     with _lock:
         _registered[:] = [d for d in _registered if d.name != dev.name]
         _registered.insert(0, dev)
@@ -202,7 +303,6 @@ def unregister_device(name: str) -> None:
 def find_device(name: str) -> Device:
     """The device called `name`. UNAVAILABLE_DEVICE when it is served and its service died (and is not
     back): an explicit device list gets the error rather than another driver."""
-    from ..hal import NnError, ResultCode
     found = devices()
     with _lock:
         dead = _dead.get(name)
@@ -212,13 +312,24 @@ def find_device(name: str) -> Device:
     for d in found:
         if d.name == name:
             return d
-    raise NnError(ResultCode.BAD_DATA, f"no device named {name!r} (available: {', '.join(d.name for d in found)})")
+    with _lock:
+        creating = _creating.get(name)
+    if creating is not None:  # named, so worth waiting for (a default device list does not)
+        concurrent.futures.wait([creating[0]], timeout=NAMED_TIMEOUT_S)
+        found = devices()
+        for d in found:
+            if d.name == name:
+                return d
+    why = dropped_devices().get(name)
+    raise NnError(ResultCode.BAD_DATA, f"no device named {name!r} (available: {', '.join(d.name for d in found)})"
+                  + (f"; the installed driver {name} was left out: {why}" if why else ""))
 
 
 def _forget_services_in_child() -> None:
     """A forked child connects to services itself (with its own credentials)."""
     global _lock
     _lock = threading.RLock()
+    _creating.clear()  # (their threads are not in the child)
     _served.clear()
     _unanswered.clear()
     _dead.clear()

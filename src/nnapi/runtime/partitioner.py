@@ -12,12 +12,16 @@ becomes a model of its own whose boundary temporaries are step inputs and output
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import logging
 from dataclasses import dataclass
 
 from .. import hal
 from ..hal import (ExecutionPreference, NnError, OperandLifeTime, OperationType, ResultCode)
-from .devices import Device
+from .devices import CLAIM_TIMEOUT_S, Device, bounded
+
+log = logging.getLogger("nnapi.runtime")
 
 
 @dataclass
@@ -57,20 +61,34 @@ def _cost(device: Device, model: hal.Model, op: hal.Operation, preference: Execu
 
 
 def supported_by(devices: list[Device], model: hal.Model) -> dict[str, list[bool]]:
-    """Each device's answer to get_supported_operations; a failing driver supports nothing."""
+    """Each device's answer to get_supported_operations, asked of all at once; a failing driver, or one
+    that has not answered within CLAIM_TIMEOUT_S, supports nothing (logged)."""
     n = len(model.main.operations)
+    claims = {d.name: bounded(lambda d=d: d.driver.get_supported_operations(model), CLAIM_TIMEOUT_S,
+                              f"nnapi-claim-{d.name}") for d in devices}
+    concurrent.futures.wait(list(claims.values()), timeout=CLAIM_TIMEOUT_S)
     answers = {}
     for d in devices:
+        claim = claims[d.name]
+        if not claim.done():
+            log.warning("device %s: get_supported_operations has not answered within %g s: it runs nothing of "
+                        "this model", d.name, CLAIM_TIMEOUT_S)
+            answers[d.name] = [False] * n
+            continue
         try:
-            flags = list(d.driver.get_supported_operations(model))
-            answers[d.name] = flags if len(flags) == n else [False] * n
+            flags = list(claim.result())
+            answers[d.name] = flags if len(flags) == n and all(f in (True, False) for f in flags) else [False] * n
+            if answers[d.name] is not flags:
+                log.warning("device %s: get_supported_operations answered %d values for %d operations: it runs "
+                            "nothing of this model", d.name, len(flags), n)
         except NnError as e:
             if e.status == hal.ErrorStatus.INVALID_ARGUMENT:
                 raise NnError(ResultCode.BAD_DATA, f"device {d.name} rejected the model: {e.message}") from None
             if e.status == hal.ErrorStatus.DEVICE_UNAVAILABLE:  # a dead service: the compilation decides
                 raise NnError(ResultCode.UNAVAILABLE_DEVICE, f"device {d.name}: {e.message}") from None
             answers[d.name] = [False] * n
-        except Exception:
+        except Exception as e:
+            log.warning("device %s: get_supported_operations raised %s: %s", d.name, type(e).__name__, e)
             answers[d.name] = [False] * n
     return answers
 
