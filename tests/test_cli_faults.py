@@ -7,6 +7,8 @@ import json
 import os
 import pickle
 import runpy
+import subprocess
+import sys
 import zipfile
 
 import numpy as np
@@ -200,3 +202,18 @@ def test_the_main_job_removes_its_cache_folder(tmp_path, monkeypatch, capsys):
     assert "cache hit" in capsys.readouterr().out
     assert [p.name for p in mine.iterdir()] == ["keep.txt"]
 
+
+
+def test_verbose_logs_why_each_partition_went_where_and_why_the_cache_missed(tmp_path):
+    """`nnapi -v run` says, through `logging`, how the placement was decided (each device's claims and
+    each plan's estimated cost) and each partition's cache outcome with its reason."""
+    model = os.path.join(os.path.dirname(__file__), "..", "examples", "models", "face_detection_short_range.tflite")
+    cache = str(tmp_path / "cache")
+    runs = [subprocess.run([sys.executable, "-m", "nnapi.cli", "-v", "run", model, "--cache-dir", cache],
+                           capture_output=True, text=True, timeout=300) for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), runs[-1].stderr
+    first, second = (r.stderr for r in runs)
+    assert "INFO nnapi.runtime: placement of 90 operations" in first and "supports 90" in first, first
+    assert "estimated cost of each plan" in first and "chosen:" in first, first
+    assert "cache miss (cache files missing)" in first, first
+    assert "cache hit" in second, second

@@ -182,6 +182,8 @@ class Compilation:
         with trace.span("prepare", "compile", device=step.device.name, operations=len(step.operations)) as args:
             self._prepare_step(step, deadline, compound, tried)
             args.update(outcome=step.cache.outcome, reason=step.cache.reason)
+        log.info("%s, %d operations: cache %s%s", step.device.name, len(step.operations), step.cache.outcome,
+                 f" ({step.cache.reason})" if step.cache.reason else "")
 
     def _single_device_hit(self, hal_model: hal.Model, deadline: int | None) -> tuple[list[Step] | None, str | None]:
         """With a single device and a cache, the cache is tried before anything is partitioned, as
@@ -197,6 +199,8 @@ class Compilation:
         step = Step.whole(self._devices[0], hal_model)
         start = trace.now_us()
         reason = self._load(step, deadline, *self._cache_place(step, compound=False))
+        log.info("%s, the whole model (a single device, looked up before partitioning): cache %s", step.device.name,
+                 "hit" if reason is None else f"miss ({reason})")
         if start is not None:  # a hit is the step's preparation; a miss only a look before partitioning
             trace.complete("prepare" if reason is None else "cache lookup", "compile", start, trace.now_us(),
                            device=step.device.name, operations=len(step.operations),

@@ -183,7 +183,22 @@ def assign_devices(devices: list[Device], model: hal.Model, preference: Executio
     plans = [_merge_runs(chosen, costs)]
     plans += [[d] * len(chosen) for d in devices if all(c is not None for c in costs[d.name])]
     scored = [(_plan_cost(model, plan, costs), plan[0].name != "reference", k, plan) for k, plan in enumerate(plans)]
-    return min(scored, key=lambda x: x[:3])[3]
+    best_plan = min(scored, key=lambda x: x[:3])[3]
+    if log.isEnabledFor(logging.INFO):
+        n = len(model.main.operations)
+        log.info("placement of %d operations: %s; estimated cost of each plan (from the devices' capabilities): "
+                 "%s; chosen: %s", n, ", ".join(f"{d.name} supports {sum(support[d.name])}" for d in devices),
+                 ", ".join(dict.fromkeys(f"{_plan_name(plan)} {cost / 1e6:.3g} ms" for cost, _, _, plan in scored)),
+                 _plan_name(best_plan))
+    return best_plan
+
+
+def _plan_name(plan: list[Device]) -> str:
+    """`xla` for a plan of one device, else its devices and how many operations each runs."""
+    names = [d.name for d in plan]
+    if len(set(names)) == 1:
+        return names[0]
+    return "split (" + ", ".join(f"{name} {names.count(name)}" for name in dict.fromkeys(names)) + ")"
 
 
 def partition(devices: list[Device], model: hal.Model, preference: ExecutionPreference) -> list[Step]:
