@@ -21,7 +21,8 @@ _FLOAT_RANGES = {
 
 def activation_range(activation: int) -> tuple[float | None, float | None]:
     """(low, high) clamp a fused activation code puts on float results; None: unbounded on that side.
-    Public (re-exported as `nnapi.ops.activation_range`): lowering tables clamp with it."""
+    Public (re-exported as `nnapi.ops.activation_range`): lowering tables clamp with it.
+    NaN becomes the low end (0; -1 for RELU1): the spec's max(0, input) as C and Android's kernel compute it."""
     return _FLOAT_RANGES[FusedActivationFunc(activation)]
 
 
@@ -38,7 +39,8 @@ def apply_float(x: np.ndarray, activation: int) -> np.ndarray:
     lo, hi = _FLOAT_RANGES[FusedActivationFunc(activation)]
     if lo is None and hi is None:
         return x
-    y = np.maximum(x, x.dtype.type(lo))  # np.maximum/np.minimum: much cheaper than np.clip
+    # np.fmax/np.minimum: much cheaper than np.clip; fmax takes NaN to the low end (activation_range)
+    y = np.fmax(x, x.dtype.type(lo))
     if hi is not None:
         np.minimum(y, x.dtype.type(hi), out=y)
     return y
@@ -98,4 +100,7 @@ def apply_cell_activation(x: np.ndarray, activation: int, xp=np) -> np.ndarray:
     if xp is np:
         return apply_float(x, activation)
     lo, hi = _FLOAT_RANGES[FusedActivationFunc(activation)]
-    return x if lo is None and hi is None else xp.clip(x, lo, hi)
+    if lo is None:
+        return x
+    y = xp.fmax(x, xp.asarray(lo, x.dtype))  # NaN to the low end, as apply_float
+    return y if hi is None else xp.minimum(y, xp.asarray(hi, x.dtype))

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..hal import FusedActivationFunc, OperandType as T, OperationType as Op
+from ._activation import apply_float
 from .context import OpContext
 from .registry import register, resolver
 
@@ -51,7 +52,7 @@ def _execute(ctx: OpContext) -> list[np.ndarray]:
         qlo = info.min if lo is None else max(info.min, x.zero_point + round(lo / x.scale))
         qhi = info.max if hi is None else min(info.max, x.zero_point + round(hi / x.scale))
         return [np.clip(x.value, qlo, qhi).astype(x.dtype)]
-    return [np.clip(x.value, lo, hi).astype(x.dtype)]
+    return [apply_float(x.value, _CODES[ctx.op]).astype(x.dtype, copy=False)]  # NaN: the low end
 
 
 register(Op.RELU, Op.RELU1, Op.RELU6, validate=_validate, prepare=_prepare, execute=_execute,

@@ -67,10 +67,10 @@ def f32(x):
 
 
 def activation(y, code: int):
-    """Clamp `y` by a fused activation code (`ops.activation_range`)."""
+    """Clamp `y` by a fused activation code (`ops.activation_range`; NaN becomes the low end)."""
     lo, hi = activation_range(code)
     if lo is not None:
-        y = jnp.maximum(y, jnp.asarray(lo, y.dtype))
+        y = jnp.fmax(y, jnp.asarray(lo, y.dtype))
     if hi is not None:
         y = jnp.minimum(y, jnp.asarray(hi, y.dtype))
     return y

@@ -40,8 +40,16 @@ def tanh(ctx: OpContext, xs):
 
 @lowers(Op.ELU)
 def elu(ctx: OpContext, xs):
+    """NNAPI's max(0, x) + min(0, alpha * (exp(x) - 1)): OpenVINO's Elu (x > 0 ? x : alpha * (exp(x) - 1))
+    is the same only for alpha >= 0; a negative alpha is lowered as the formula itself."""
     alpha = float(resolve(ctx).alpha)
-    return _same_layout(xs, lambda x: ops.elu(x, alpha))
+    if alpha >= 0.0:
+        return _same_layout(xs, lambda x: ops.elu(x, alpha))
+
+    def formula(x):
+        em1 = ops.multiply(ops.subtract(ops.exp(x), f32(1.0)), f32(alpha))
+        return ops.add(ops.maximum(x, f32(0.0)), ops.minimum(em1, f32(0.0)))
+    return _same_layout(xs, formula)
 
 
 @lowers(Op.HARD_SWISH, types=FLOAT_Q8)

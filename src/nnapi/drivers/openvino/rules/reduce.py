@@ -8,7 +8,7 @@ import openvino.opset16 as ops
 
 from ....hal import OperationType as Op
 from ....ops import OpContext, resolve
-from ..lowering import B8, F16, FLOAT_Q8, I32, Value, f32, i64, lowers, out, out_shape, reshape
+from ..lowering import B8, F16, FLOAT_Q8, I32, QUANT8, Value, f32, i64, lowers, out, out_shape, reshape
 
 
 def _reduced(ctx: OpContext, xs, fn) -> list[Value]:
@@ -47,10 +47,26 @@ def reduce_prod(ctx: OpContext, xs):
 
 @lowers(Op.REDUCE_MAX, Op.REDUCE_MIN, types=FLOAT_Q8)
 def reduce_max_min(ctx: OpContext, xs):
+    """Float results are clamped to the type's finite range (Android starts from lowest() / max())."""
+    if ctx.inputs[0].type in QUANT8:
+        return _extreme_by_topk(ctx, xs, "max" if ctx.op == Op.REDUCE_MAX else "min")
     limit = 65504.0 if ctx.inputs[0].type == F16 else float(np.finfo(np.float32).max)
     if ctx.op == Op.REDUCE_MAX:
         return _reduced(ctx, xs, lambda x, a, k: ops.maximum(ops.reduce_max(x, a, k), f32(-limit)))
     return _reduced(ctx, xs, lambda x, a, k: ops.minimum(ops.reduce_min(x, a, k), f32(limit)))
+
+
+def _extreme_by_topk(ctx: OpContext, xs, mode: str) -> list[Value]:
+    """A quantized REDUCE_MAX / REDUCE_MIN as TopK(k=1) over the reduced axes moved last and merged: the
+    CPU plugin's ReduceMax / ReduceMin with the FakeQuantize that follows fused into it (OpenVINO 2026.4)
+    wrote the zero point to some or all slices, for most axis choices once its input is itself rounded
+    (a clamp in between only changed which)."""
+    rank = xs[0].rank
+    axes = sorted({a % rank for a in resolve(ctx).axes})
+    rest = [a for a in range(rank) if a not in axes]
+    x = reshape(xs[0].laid_out(rest + axes), [xs[0].shape[a] for a in rest] + [-1])
+    y = ops.topk(x, ops.constant(np.int64(1)), -1, mode, "none", ov.Type.i32).output(0)
+    return [reshape(y, out_shape(ctx))]
 
 
 @lowers(Op.REDUCE_ALL, Op.REDUCE_ANY, types=(B8,))
@@ -69,6 +85,11 @@ def argminmax(ctx: OpContext, xs):
 
 @lowers(Op.TOPK_V2, types=FLOAT_Q8 + (I32,), keeps_grid=True)
 def topk(ctx: OpContext, xs):
+    """Equal values by decreasing index, as the reference (Android's reversed sort of (value, index)
+    pairs): a stable TopK, which puts the lower index first, of the last axis reversed."""
     k = resolve(ctx).k
-    y = ops.topk(xs[0].node, ops.constant(np.int64(k)), -1, "max", "value", ov.Type.i32, stable=True)
-    return [y.output(0), y.output(1)]
+    n = xs[0].shape[-1]
+    flipped = ops.gather(xs[0].node, i64(list(range(n - 1, -1, -1))), i64(-1))
+    y = ops.topk(flipped, ops.constant(np.int64(k)), -1, "max", "value", ov.Type.i32, stable=True)
+    index = ops.subtract(ops.constant(np.int32(n - 1)), y.output(1))
+    return [y.output(0), out(index)]

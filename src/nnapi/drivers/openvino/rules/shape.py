@@ -54,9 +54,31 @@ def _pad(ctx: OpContext, xs, value: float):
         node, perm = xs[0].laid_out(NCHW), NCHW
     if perm is not None:
         pads = pads[list(perm)]
+    pads = pads.copy()
+    if ctx.inputs[0].type in QUANT8:
+        # OpenVINO's low-precision PadTransformation moves the dequantization after a Pad of one
+        # dimension, padding the integers with 0; for a dimension of size 1 it leaves the zero point's
+        # Subtract scalar, so the padding came out as (0 - zero point) * scale, not the real value.
+        # Those dimensions are padded by a Concat with constant blocks instead (computed in float).
+        shape = [int(d) for d in node.get_partial_shape().to_shape()]
+        for axis in [a for a in range(len(shape)) if shape[a] == 1 and pads[a].any()]:
+            node = _concat_pad(node, shape, axis, pads[axis], value)
+            shape[axis] += int(pads[axis].sum())
+            pads[axis] = 0
+        if not pads.any():
+            return [Value(node, perm)]
     y = ops.pad(node, constant(np.ascontiguousarray(pads[:, 0])), constant(np.ascontiguousarray(pads[:, 1])),
                 "constant", f32(value))
     return [Value(out(y), perm)]
+
+
+def _concat_pad(node, shape: list[int], axis: int, pad: np.ndarray, value: float):
+    """`node` (of `shape`) padded along `axis` by (before, after) elements of `value`, as a Concat."""
+    def block(n: int):
+        return constant(np.full([n if a == axis else d for a, d in enumerate(shape)], value, np.float32))
+    before, after = int(pad[0]), int(pad[1])
+    parts = ([block(before)] if before else []) + [node] + ([block(after)] if after else [])
+    return out(ops.concat(parts, axis))
 
 
 @lowers(Op.PAD, types=FLOAT_Q8, keeps_grid=True)
