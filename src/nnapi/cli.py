@@ -285,6 +285,10 @@ def _cmd_devices(args: argparse.Namespace) -> int:
 
     from .runtime import devices
     from .runtime.devices import dropped_devices
+    if args.calibrate:
+        from .drivers.base import calibration
+        calibration.forget()
+        log.info("stored calibrations dropped: every device measures again")
     devs = devices()
     if args.json:
         print(json.dumps([{"name": d.name, "version": d.version, "type": d.type.name,
@@ -1070,6 +1074,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_ArgumentParser)
     p = sub.add_parser("devices", help="list devices and their capabilities", parents=[common])
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--calibrate", action="store_true",
+                   help="measure every device's performance again (the figures placement starts from)")
     p.set_defaults(func=_cmd_devices)
     p = sub.add_parser("cts", help="run NNAPI conformance test vectors", parents=[common])
     p.add_argument("paths", nargs="+", help="vector files or folders (e.g. ../shared/cts)")

@@ -4,8 +4,10 @@ compiling driver.
 A device's performance numbers are ratios to the reference driver (lower is better), as the HAL
 defines them. At first use the calibration runs one small convolutional workload (CONV_2D 3x3 + RELU,
 CONV_2D 1x1, ADD, on a 1x32x32x16 input: typical float work, per-call overheads included) on the
-device and on the reference driver, float32 and float16, and stores the medians in the driver's
-state directory (`calibration-<driver>-<version>-<variant>.json`), so later processes read them back.
+device and on the reference driver, float32 and float16, in interleaved rounds until the rounds agree
+(a confidence bound, not one sample), and stores the median ratio in the driver's state directory
+(`calibration-<driver>-<version>-<variant>.json`), so later processes read it back; `forget` drops it
+(`nnapi devices --calibrate`).
 `NNAPI_<DRIVER>_PERFORMANCE=<ratio>` overrides the measurement (for reproducible partitioning).
 """
 from __future__ import annotations
@@ -69,21 +71,55 @@ def calibration_model(dtype: np.dtype, size: int = 32, channels: int = 16) -> Mo
     return Model(Subgraph(operands, ops, (x,), (out,)), [], bytes(values), [MemoryPool(pointer=bytes(blob))])
 
 
-def _median_run_s(prepared, model: Model, runs: int) -> float:
-    x_op = model.main.operands[model.main.input_indexes[0]]
-    dtype = np.float32 if x_op.type == T.TENSOR_FLOAT32 else np.float16
-    x = np.random.default_rng(1).standard_normal(x_op.dimensions).astype(dtype)
-    y = np.empty_like(x)
-    request = Request([RequestArgument(location=DataLocation(0, 0, x.nbytes))],
-                      [RequestArgument(location=DataLocation(1, 0, y.nbytes))],
-                      [MemoryPool(pointer=x), MemoryPool(pointer=y)])
-    prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        prepared.execute_synchronously(request, MeasureTiming.NO, None, None)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+#: Calibration rounds: at least MIN_ROUNDS, until the middle half of the rounds' ratios lies within
+#: SPREAD of their median, at most MAX_ROUNDS or MAX_S seconds in all.
+MIN_ROUNDS, MAX_ROUNDS, SPREAD, MAX_S = 5, 15, 0.25, 1.5
+#: Executions timed per device in one round (their median is the round's figure).
+RUNS_PER_ROUND = 3
+
+
+class _Timed:
+    """One prepared calibration model with its request: `median_s(n)` times n executions."""
+
+    def __init__(self, prepared, model: Model) -> None:
+        x_op = model.main.operands[model.main.input_indexes[0]]
+        dtype = np.float32 if x_op.type == T.TENSOR_FLOAT32 else np.float16
+        self.x = np.random.default_rng(1).standard_normal(x_op.dimensions).astype(dtype)
+        self.y = np.empty_like(self.x)
+        self.request = Request([RequestArgument(location=DataLocation(0, 0, self.x.nbytes))],
+                               [RequestArgument(location=DataLocation(1, 0, self.y.nbytes))],
+                               [MemoryPool(pointer=self.x), MemoryPool(pointer=self.y)])
+        self.prepared = prepared
+        self.run()  # (first-run costs are not the steady state's)
+
+    def run(self) -> None:
+        self.prepared.execute_synchronously(self.request, MeasureTiming.NO, None, None)
+
+    def median_s(self, n: int) -> float:
+        times = []
+        for _ in range(n):
+            start = time.perf_counter()
+            self.run()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+
+def _ratio(device: _Timed, reference: _Timed) -> dict:
+    """device / reference time, in interleaved rounds (a load that comes and goes hits both alike) until
+    the rounds agree (see MIN_ROUNDS): one sample on a busy machine flipped placements between runs."""
+    ratios, device_s, reference_s = [], [], []
+    start = time.monotonic()
+    while len(ratios) < MAX_ROUNDS:
+        reference_s.append(reference.median_s(RUNS_PER_ROUND))
+        device_s.append(device.median_s(RUNS_PER_ROUND))
+        ratios.append(device_s[-1] / reference_s[-1])
+        if len(ratios) >= MIN_ROUNDS:
+            q1, median, q3 = statistics.quantiles(ratios, n=4)
+            if q3 - q1 <= SPREAD * median or time.monotonic() - start > MAX_S:
+                break
+    q1, median, q3 = statistics.quantiles(ratios, n=4)
+    return {"reference_s": statistics.median(reference_s), "device_s": statistics.median(device_s),
+            "ratio": min(max(median, 0.001), 10.0), "rounds": len(ratios), "spread": (q3 - q1) / median}
 
 
 def measure(device, steady) -> dict:
@@ -94,10 +130,8 @@ def measure(device, steady) -> dict:
     result = {}
     for name, dtype in (("float32", np.float32), ("float16", np.float16)):
         model = calibration_model(np.dtype(dtype))
-        ref_s = _median_run_s(reference.prepare_model(model), model, 5)
-        prepared = steady.prepare_model(model)
-        device_s = _median_run_s(prepared, model, 20)
-        result[name] = {"reference_s": ref_s, "device_s": device_s, "ratio": min(max(device_s / ref_s, 0.01), 10.0)}
+        result[name] = _ratio(_Timed(steady.prepare_model(model), model),
+                              _Timed(reference.prepare_model(model), model))
     return result
 
 
@@ -129,6 +163,20 @@ def load_or_measure(device, steady, variant: str = "cpu") -> dict:
     except OSError:
         pass
     return data
+
+
+def forget() -> int:
+    """Drop every stored calibration of the state directory (the next discovery measures again);
+    returns how many were dropped."""
+    dropped = 0
+    for name in os.listdir(state_dir()):
+        if name.startswith("calibration-") and name.endswith(".json"):
+            try:
+                os.unlink(os.path.join(state_dir(), name))
+                dropped += 1
+            except OSError:
+                pass
+    return dropped
 
 
 def capabilities(device, steady, *, variant: str = "cpu", types=None) -> Capabilities:
