@@ -204,6 +204,13 @@ def _prepare_as(device: XlaDevice, model: nnapi.Model, paths, token: bytes, uid:
         close_cache_files(handles)
 
 
+def _also_written_by(device: XlaDevice, token: bytes, writer: int, uid: int) -> None:
+    """Record for app `uid` what app `writer` recorded for `token`: as if `uid` had written the same bytes
+    (one app's record never vouches for another's files)."""
+    for digest in device.registry.lookup(token, writer):
+        device.registry.record(token, digest, uid)
+
+
 def _run_driver(prepared, image: np.ndarray) -> np.ndarray:
     """The prepared model's one output for `image`, run at driver level."""
     from nnapi.hal import DataLocation, MeasureTiming, MemoryPool, Request, RequestArgument
@@ -231,6 +238,7 @@ def test_loads_of_one_cache_share_device_constants_within_an_app_never_across_ap
 
     compiled = prepare(1001, from_cache=False)
     first, second = prepare(1001, from_cache=True), prepare(1001, from_cache=True)
+    _also_written_by(device, token, 1001, 1002)
     other = prepare(1002, from_cache=True)
     assert first.constants is compiled.constants and second.constants is compiled.constants
     assert other.constants is not compiled.constants
@@ -272,6 +280,7 @@ def test_a_hit_while_the_app_holds_that_content_reads_no_data_cache(tmp_path, co
         return _prepare_as(device, conv, paths, token, uid, from_cache)
 
     compiled = prepare(2001, from_cache=False)
+    _also_written_by(device, token, 2001, 2002)
     expected = nnapi.Compilation(conv, devices=["reference"]).finish().execute([image])[0]
     _flip_last_byte(data_path)
     held = prepare(2001)
@@ -305,6 +314,7 @@ def test_a_verified_model_cache_is_decoded_once_per_process_and_a_changed_one_ne
         return _prepare_as(device, conv, paths, token, uid, from_cache)
 
     prepare(3001, from_cache=False)
+    _also_written_by(device, token, 3001, 3002)
     first = prepare(3001)
     expected = first.constants.structure
     del first
