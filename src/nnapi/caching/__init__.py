@@ -8,11 +8,14 @@
   done on the in-memory copy that is then used (C10).
 - `engine`: the driver-internal persistent cache used without app caching information (C12).
 - `fingerprint`: the content fingerprint of a model (structure and constants) caches key by.
+- `ThreadConnections`: SQLite databases of the state directory opened safely by many processes at once
+  (the registry, the engine, the runtime's latency record).
 """
+from ._sqlite import ThreadConnections
 from .artifacts import CacheError, load_artifacts, save_artifacts
 from .engine import CachingEngine
 from .fingerprint import model_fingerprint, remembered_fingerprints
 from .registry import IntegrityRegistry, state_dir
 
 __all__ = ["CacheError", "load_artifacts", "save_artifacts", "CachingEngine", "IntegrityRegistry", "state_dir",
-           "model_fingerprint", "remembered_fingerprints"]
+           "ThreadConnections", "model_fingerprint", "remembered_fingerprints"]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from .. import hal, tracing as trace
+from . import latency
 from ..caching import remembered_fingerprints
 from ..caching.artifacts import MISSES
 from ..hal import (BYTE_SIZE_OF_CACHE_TOKEN, NO_DEADLINE, ErrorStatus, ExecutionPreference, NnError, Priority,
@@ -159,7 +160,9 @@ class Compilation:
                 self.steps, tried = self._single_device_hit(hal_model, deadline)
                 if self.steps is None:
                     with trace.span("partition", "compile", devices=",".join(d.name for d in self._devices)) as args:
-                        self.steps = partition(self._devices, hal_model, self.preference)
+                        measured = (latency.measured(content_fingerprint(hal_model), self._devices)
+                                    if len(self._devices) > 1 else None)
+                        self.steps = partition(self._devices, hal_model, self.preference, measured)
                         args["steps"] = len(self.steps)
                     for step in self.steps:  # (the cache is tried once: a single step is the one tried)
                         self._prepare(step, deadline, compound=len(self.steps) > 1,
@@ -174,6 +177,8 @@ class Compilation:
             self.cache_outcomes = []
             self._prepare(self.steps[0], deadline, compound=False)
         self.cache_outcomes = [s.cache for s in self.steps]
+        if len(self.steps) == 1:  # (what later placements of this model go by: `latency`)
+            self.steps[0].observer = latency.Observer(lambda: content_fingerprint(hal_model), self.steps[0].device)
         self.prepare_time_s = time.perf_counter() - start
         self._finished = True
         return self

@@ -36,6 +36,8 @@ class Step:
     outputs: list[int]
     prepared: hal.IPreparedModel | None = None
     cache: object | None = None  # CacheOutcome, set by the compilation
+    #: Times the step's first executions for the latency record (`latency.Observer`), until it is done.
+    observer: object | None = None
 
     @classmethod
     def whole(cls, device: Device, model: hal.Model) -> "Step":
@@ -162,9 +164,11 @@ def _merge_runs(chosen: list[Device], costs: dict[str, list[float | None]]) -> l
     return chosen
 
 
-def assign_devices(devices: list[Device], model: hal.Model, preference: ExecutionPreference) -> list[Device]:
+def assign_devices(devices: list[Device], model: hal.Model, preference: ExecutionPreference,
+                   measured: dict[str, float] | None = None) -> list[Device]:
     """The chosen device of every main-model operation (see the module doc); BAD_DATA naming an
-    operation no device can run."""
+    operation no device can run. `measured`: the recorded latency (ns) of the whole model on some
+    devices, which replaces the estimate of their single-device plans (see `_measured_costs`)."""
     support = supported_by(devices, model)
     costs = _costs(devices, model, preference, support)
     chosen = []
@@ -182,15 +186,31 @@ def assign_devices(devices: list[Device], model: hal.Model, preference: Executio
         chosen.append(best)
     plans = [_merge_runs(chosen, costs)]
     plans += [[d] * len(chosen) for d in devices if all(c is not None for c in costs[d.name])]
-    scored = [(_plan_cost(model, plan, costs), plan[0].name != "reference", k, plan) for k, plan in enumerate(plans)]
+    estimates = [_plan_cost(model, plan, costs) for plan in plans]
+    if measured and preference != ExecutionPreference.LOW_POWER:
+        estimates = _measured_costs(plans, estimates, measured)
+    scored = [(cost, plan[0].name != "reference", k, plan) for k, (cost, plan) in enumerate(zip(estimates, plans))]
     best_plan = min(scored, key=lambda x: x[:3])[3]
     if log.isEnabledFor(logging.INFO):
         n = len(model.main.operations)
-        log.info("placement of %d operations: %s; estimated cost of each plan (from the devices' capabilities): "
+        log.info("placement of %d operations: %s; estimated cost of each plan (from the devices' capabilities%s): "
                  "%s; chosen: %s", n, ", ".join(f"{d.name} supports {sum(support[d.name])}" for d in devices),
+                 ", and the latency measured on " + ", ".join(sorted(measured)) if measured else "",
                  ", ".join(dict.fromkeys(f"{_plan_name(plan)} {cost / 1e6:.3g} ms" for cost, _, _, plan in scored)),
                  _plan_name(best_plan))
     return best_plan
+
+
+def _measured_costs(plans: list[list[Device]], estimates: list[float], measured: dict[str, float]) -> list[float]:
+    """Plan costs where measurements exist: a single-device plan whose device has a recorded latency
+    costs that; every other plan's estimate is scaled by how far the estimates of the measured plans
+    were off (the median of measured / estimated), so that estimates and measurements compare: a
+    device measured slower than another measured one, or than another's scaled estimate, loses the model."""
+    ratios = sorted(measured[plan[0].name] / cost for plan, cost in zip(plans[1:], estimates[1:])
+                    if plan[0].name in measured and cost > 0)
+    scale = ratios[len(ratios) // 2] if ratios else 1.0
+    return [measured[plan[0].name] if k > 0 and plan[0].name in measured else cost * scale
+            for k, (plan, cost) in enumerate(zip(plans, estimates))]
 
 
 def _plan_name(plan: list[Device]) -> str:
@@ -201,12 +221,14 @@ def _plan_name(plan: list[Device]) -> str:
     return "split (" + ", ".join(f"{name} {names.count(name)}" for name in dict.fromkeys(names)) + ")"
 
 
-def partition(devices: list[Device], model: hal.Model, preference: ExecutionPreference) -> list[Step]:
-    """Steps in execution order; one step with the whole model when a single device gets everything."""
+def partition(devices: list[Device], model: hal.Model, preference: ExecutionPreference,
+              measured: dict[str, float] | None = None) -> list[Step]:
+    """Steps in execution order; one step with the whole model when a single device gets everything
+    (`measured`: see `assign_devices`)."""
     main = model.main
     if not main.operations:
         raise NnError(ResultCode.BAD_DATA, "the model has no operations")
-    chosen = assign_devices(devices, model, preference)
+    chosen = assign_devices(devices, model, preference, measured)
     if all(d is chosen[0] for d in chosen):
         return [Step.whole(chosen[0], model)]
     # Group ready operations per device, draining one device's queue into one step at a time.
