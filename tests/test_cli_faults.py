@@ -217,3 +217,20 @@ def test_verbose_logs_why_each_partition_went_where_and_why_the_cache_missed(tmp
     assert "estimated cost of each plan" in first and "chosen:" in first, first
     assert "cache miss (cache files missing)" in first, first
     assert "cache hit" in second, second
+
+
+def test_device_takes_a_comma_separated_list(tmp_path):
+    """`--device mine,reference`: placement over those devices only, so an author sees their own
+    driver's partitions; every name must be a device."""
+    model = os.path.join(os.path.dirname(__file__), "..", "examples", "models", "face_detection_short_range.tflite")
+    run = subprocess.run([sys.executable, "-m", "nnapi.cli", "run", model, "--device", "xla,reference", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert {p["device"] for p in json.loads(run.stdout)["partitions"]} <= {"xla", "reference"}
+    bad = subprocess.run([sys.executable, "-m", "nnapi.cli", "run", model, "--device", "xla,nosuch"],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--device nosuch: no such device" in bad.stderr, bad.stderr
+    cts = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "cts")
+    vectors = subprocess.run([sys.executable, "-m", "nnapi.cli", "cts", cts, "--device", "openvino,reference",
+                              "-k", "add_"], capture_output=True, text=True, timeout=300)
+    assert vectors.returncode == 0 and " 0 failed" in vectors.stdout.strip().splitlines()[-1], vectors.stdout[-500:]

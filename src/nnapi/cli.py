@@ -117,9 +117,16 @@ def _cache_folder(path: str | None) -> str | None:
     return path
 
 
+def device_list(text: str | None) -> list[str] | None:
+    """A `--device` value as device names: one name, or a comma-separated list (None: all devices)."""
+    if not text:
+        return None
+    return [name.strip() for name in text.split(",") if name.strip()] or None
+
+
 def _device_names(names: list[str | None]) -> None:
-    """Each given device name must be one `nnapi devices` lists."""
-    wanted = [n for n in names if n]
+    """Each given device name (or comma-separated list of them) must be one `nnapi devices` lists."""
+    wanted = [n for text in names for n in (device_list(text) or ())]
     if not wanted:
         return
     from .runtime import devices
@@ -604,7 +611,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         found = all_devices()  # driver discovery happens once per process: not part of the prepare time
         say(f"devices: {', '.join(d.name for d in found)} (discovered in {(time.perf_counter() - start) * 1000:.1f} ms)")
-        devices = [args.device] if args.device else None
+        devices = device_list(args.device)
         timeout = args.timeout_ms / 1000 if args.timeout_ms else None
         start = time.perf_counter()
         with _compiling(devices):
@@ -747,13 +754,13 @@ def bench_model(path: str, device: str | None = None, cache_dir: str | None = No
     # Driver discovery, module imports and a compiler's own start-up happen once per process: not
     # part of the figures.
     tell(0, "starting the devices")
-    warm_up_devices([device] if device else None)
+    warm_up_devices(device_list(device))
     _graph_class()
     start = time.perf_counter()
     imported = _import(path)
     import_s = time.perf_counter() - start
     inputs = random_inputs(imported.inputs)
-    devices = [device] if device else None
+    devices = device_list(device)
     if cache_dir:
         os.makedirs(cache_dir, exist_ok=True)
     scratch = tempfile.mkdtemp(prefix="nnapi-bench-", dir=cache_dir)
@@ -1079,7 +1086,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_devices)
     p = sub.add_parser("cts", help="run NNAPI conformance test vectors", parents=[common])
     p.add_argument("paths", nargs="+", help="vector files or folders (e.g. ../shared/cts)")
-    p.add_argument("--device", help="run on this device only (default: all devices, partitioned)")
+    p.add_argument("--device", help="run on this device only, or partitioned over a comma-separated list of "
+                                    "them (default: all devices, partitioned)")
     p.add_argument("--json", help="write per-vector results to this file")
     p.add_argument("-k", help="only vectors whose name contains this text")
     p.add_argument("--show-failures", type=_non_negative_int, default=50, help="failures to print (default 50)")
@@ -1089,7 +1097,8 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_cts, check=_check_cts)
     p = sub.add_parser("run", help="import a .tflite model, compile and run it once", parents=[common])
     p.add_argument("model", help="a .tflite file")
-    p.add_argument("--device", help="run on this device only (default: all devices, partitioned)")
+    p.add_argument("--device", help="run on this device only, or partitioned over a comma-separated list of "
+                                    "them (default: all devices, partitioned)")
     p.add_argument("--cache-dir", help="compilation cache directory (a second run hits the cache)")
     p.add_argument("--priority", type=_priority_arg, default=100, help="low, medium (default) or high")
     p.add_argument("--timeout-ms", type=_milliseconds, help="execution deadline in milliseconds (0: no timeout, "
@@ -1105,7 +1114,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("bench", help="time a .tflite model: import, cold and cached prepare, executions",
                        parents=[common])
     p.add_argument("model", help="a .tflite file")
-    p.add_argument("--device", help="run on this device only (default: all devices, partitioned)")
+    p.add_argument("--device", help="run on this device only, or partitioned over a comma-separated list of "
+                                    "them (default: all devices, partitioned)")
     p.add_argument("--cache-dir", help="where the cold / cached prepare writes its cache (a fresh subfolder)")
     p.add_argument("--runs", type=_positive_int, default=50, help="timed executions (default 50)")
     p.add_argument("--warmup", type=_non_negative_int, default=5, help="untimed executions first (default 5)")

@@ -249,7 +249,7 @@ def _unsupported(test: TestModel, built: BuiltModel, targets: list[Device]) -> s
 
 def run_vectors(tests: Iterable[TestModel], device: str | None = None,
                 progress: Callable[[VectorResult], None] | None = None) -> list[VectorResult]:
-    device_list = None if device is None else [find_device(device)]
+    device_list = None if not device else [find_device(name.strip()) for name in device.split(",") if name.strip()]
     results = []
     for test in tests:
         r = run_one(test, device_list)
