@@ -123,12 +123,20 @@ def _make(driver: IDevice, **where) -> Device:
 
 
 def _create(ep) -> Device:
-    try:
-        return _make(ep.load()())
-    except Dropped:
-        raise
-    except Exception as e:
-        raise Dropped(f"{type(e).__name__}: {e}") from None
+    """The device of entry point `ep` (its driver created on this thread, beside the others)."""
+    for attempt in range(100):
+        try:
+            return _make(ep.load()())
+        except Dropped:
+            raise
+        except Exception as e:
+            # Drivers created side by side import shared modules at once; Python refuses an import that
+            # would wait on one in progress on another thread (_DeadlockError): once that is done, again.
+            if type(e).__name__ == "_DeadlockError" and attempt < 99:
+                time.sleep(0.01)
+                continue
+            raise Dropped(f"{type(e).__name__}: {e}") from None
+    raise AssertionError("unreachable")
 
 
 def guest_call(device: "Device", what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

@@ -1,10 +1,15 @@
 """The OpenVINO driver: lowers partitions to OpenVINO graphs (float and quantized, int8 kernels through
 OpenVINO's low-precision pipeline), compiles them for the CPU, caches exported compiled models.
 
+OpenVINO is imported when the driver first compiles, loads a cache or works out a claim, never when
+the device is created or listed (`nnapi.devices()` stays cheap: the version comes from the package's
+metadata, the capabilities from the state directory). `import_openvino` does it, and every module of
+the driver that uses OpenVINO is imported through it.
+
 OpenVINO's telemetry stays off: `import openvino` loads its conversion tools, which send an "import"
-event unless the process runs in CI. This package imports OpenVINO first (every module of the driver
-imports it after this one), with CI=true for the duration of that import only, so the telemetry
-singleton is created declined and nothing is ever sent; no user file is touched.
+event unless the process runs in CI. `import_openvino` imports it with CI=true for the duration of that
+import only, so the telemetry singleton is created declined and nothing is ever sent; no user file is
+touched.
 """
 from __future__ import annotations
 
@@ -12,7 +17,8 @@ import os
 import sys
 
 
-def _import_openvino_quietly() -> None:
+def import_openvino() -> None:
+    """Import OpenVINO (once) with its telemetry declined (see the module doc)."""
     if "openvino" in sys.modules:
         return
     saved = os.environ.get("CI")
@@ -26,13 +32,10 @@ def _import_openvino_quietly() -> None:
             os.environ["CI"] = saved
 
 
-_import_openvino_quietly()
-
-
 def create_device():
     """Entry point of the `nnapi.drivers` group."""
     from .device import OpenVinoDevice
     return OpenVinoDevice()
 
 
-__all__ = ["create_device"]
+__all__ = ["create_device", "import_openvino"]

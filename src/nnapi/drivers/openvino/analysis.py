@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from . import import_openvino
+
+import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
 import openvino.opset16 as ops
 
 from ...hal import Model, OperandLifeTime as L, OperandType as T

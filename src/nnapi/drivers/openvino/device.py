@@ -20,18 +20,22 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import os
 import threading
 from pathlib import Path
-
-import openvino as ov
+from typing import TYPE_CHECKING
 
 from ..._version import __version__
 from ...hal import Capabilities, DeviceType, ErrorStatus, ExecutionPreference, Model, NnError, OperandType
 from ...qos.estimate import operation_work
 from ..base import CompileJob, DriverDevice, Lru, env_flag, env_int, source_fingerprint
-from . import cache
-from .prepared_model import OpenVinoPreparedModel
+from . import import_openvino
+
+if TYPE_CHECKING:
+    import openvino as ov
+
+    from .prepared_model import OpenVinoPreparedModel
 
 NAME = "openvino"
 #: Below this much work (`qos.estimate.operation_work` over every subgraph, about multiply-adds) a model
@@ -52,6 +56,12 @@ def lowering_fingerprint() -> str:
     base, `ops/`, `validation/`, `hal/`."""
     return source_fingerprint("drivers/openvino", "drivers/openvino/rules", "drivers/base", "ops", "validation",
                               "hal")
+
+
+@functools.lru_cache(maxsize=1)
+def openvino_version() -> str:
+    """OpenVINO's release ("2026.4.1"), from the package's metadata: no import of OpenVINO."""
+    return importlib.metadata.version("openvino").split("-")[0]
 
 
 @functools.lru_cache(maxsize=1)
@@ -80,7 +90,7 @@ def _compiled_key(export, config: dict) -> bytes:
 
 #: Compiled models of this process (with what their memory points into) by `_compiled_key`: a cache hit
 #: on bytes this process exported or imported before reuses the compiled model instead of importing it.
-COMPILED: Lru[tuple[ov.CompiledModel, list]] = Lru(8)
+COMPILED: "Lru[tuple[ov.CompiledModel, list]]" = Lru(8)
 
 
 class OpenVinoDevice(DriverDevice):
@@ -101,7 +111,7 @@ class OpenVinoDevice(DriverDevice):
 
     # --- identity ------------------------------------------------------------------------------------
     def driver_version(self) -> str:
-        return f"{__version__}+ov{ov.get_version().split('-')[0]}+cpu{cpu_features()}+src{lowering_fingerprint()}"
+        return f"{__version__}+ov{openvino_version()}+cpu{cpu_features()}+src{lowering_fingerprint()}"
 
     def capabilities(self) -> Capabilities:
         """Measured against the reference driver at first use (`drivers.base.calibration`, stored in the
@@ -113,10 +123,12 @@ class OpenVinoDevice(DriverDevice):
         return calibration.capabilities(self, steady, types=types)
 
     @property
-    def core(self) -> ov.Core:
+    def core(self) -> "ov.Core":
         if self._core is None:
             with self._core_lock:
                 if self._core is None:
+                    import_openvino()
+                    import openvino as ov
                     self._core = ov.Core()
         return self._core
 
@@ -124,6 +136,7 @@ class OpenVinoDevice(DriverDevice):
     def supported(self, model: Model) -> list[bool]:
         """The lowering table's verdict per operation (the base remembers it by content, across
         processes too: REMEMBER_CLAIMS)."""
+        import_openvino()
         from .analysis import analyze
         return analyze(model)
 
@@ -149,8 +162,10 @@ class OpenVinoDevice(DriverDevice):
         # A lower bound: even one small operation takes OpenVINO a few milliseconds to compile.
         return 1_000_000 + 10_000 * len(model.main.operations)
 
-    def compile(self, job: CompileJob) -> OpenVinoPreparedModel:
+    def compile(self, job: CompileJob) -> "OpenVinoPreparedModel":
+        import_openvino()
         from .graph import build
+        from .prepared_model import OpenVinoPreparedModel
         config = self.config(job.preference, job.model)
         job.checkpoint("lowering")
         built = build(job.model)
@@ -174,7 +189,8 @@ class OpenVinoDevice(DriverDevice):
                                      has_budget=built.has_budget)
 
     # --- cache -----------------------------------------------------------------------------------------
-    def save(self, prepared: OpenVinoPreparedModel) -> tuple[list[bytes], list[bytes]]:
+    def save(self, prepared: "OpenVinoPreparedModel") -> tuple[list[bytes], list[bytes]]:
+        from . import cache
         export = prepared.export
         if export is None:
             export = prepared.compiled.export_model()
@@ -184,7 +200,10 @@ class OpenVinoDevice(DriverDevice):
             COMPILED.put(key, (prepared.compiled, prepared.keep_alive))
         return [cache.to_blob(prepared.model, prepared.preference, prepared.priority, export)], []
 
-    def load(self, model_blobs, data_blobs, job: CompileJob) -> OpenVinoPreparedModel:
+    def load(self, model_blobs, data_blobs, job: CompileJob) -> "OpenVinoPreparedModel":
+        import_openvino()
+        from . import cache
+        from .prepared_model import OpenVinoPreparedModel
         model, preference, priority, export = cache.from_blob(model_blobs[0])
         config = self.config(preference, model)
         key = _compiled_key(export, config)

@@ -23,6 +23,9 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+from . import import_openvino
+
+import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
 import openvino as ov
 import openvino.opset16 as ops
 

@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
+from . import import_openvino
+
+import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
 import openvino as ov
 import openvino.opset16 as ops
 

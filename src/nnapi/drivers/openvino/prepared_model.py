@@ -19,6 +19,9 @@ import time
 from typing import Sequence
 
 import numpy as np
+from . import import_openvino
+
+import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
 import openvino as ov
 
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority

@@ -7,6 +7,9 @@ so that, with the FakeQuantize on the quantized input, the low-precision pipelin
 from __future__ import annotations
 
 import numpy as np
+from .. import import_openvino
+
+import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
 import openvino as ov
 import openvino.opset16 as ops
 
