@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from ..hal import (Capabilities, DeviceInfo, DeviceType, ErrorStatus, IDevice, MAX_NUMBER_OF_CACHE_FILES, NnError,
                    ResultCode)
+from ..qos import threads
 
 log = logging.getLogger("nnapi.runtime")
 #: How long the installed drivers, all created at once, may take to be created and to answer what they
@@ -154,7 +155,8 @@ def guest_call(device: "Device", what: str, fn: Callable[..., Any], *args: Any, 
 
 def bounded(fn: Callable[[], Any], timeout: float, name: str) -> concurrent.futures.Future:
     """Run `fn` (a driver's code) on a thread of its own, in the caller's context; the future is
-    waited for with a bound, and a call that never returns costs only its thread."""
+    waited for with a bound, and a call that never returns costs only its thread (the process's exit
+    waits for it no longer than `timeout` either: `qos.threads`)."""
     future: concurrent.futures.Future = concurrent.futures.Future()
     context = contextvars.copy_context()
 
@@ -164,13 +166,20 @@ def bounded(fn: Callable[[], Any], timeout: float, name: str) -> concurrent.futu
         except BaseException as e:
             future.set_exception(e)
 
-    threading.Thread(target=run, name=name, daemon=True).start()
+    threads.start(run, name=name, exit_wait_s=timeout)
     return future
 
 
 _entry_points: list | None = None       # the `nnapi.drivers` entry points, read once per process
 _creating: dict[str, tuple[concurrent.futures.Future, float]] = {}  # entry point -> its creation, waited for until
 _dropped: dict[str, str] = {}            # entry point -> why it is not a device
+
+
+def _creation_bound(ep) -> float:
+    """How long creating `ep`'s driver may take: a plug-in DISCOVERY_TIMEOUT_S; a driver of this package
+    (trusted code, whose first creation in a state directory calibrates it: seconds on a busy machine)
+    NAMED_TIMEOUT_S."""
+    return NAMED_TIMEOUT_S if ep.value.startswith("nnapi.") else DISCOVERY_TIMEOUT_S
 
 
 def dropped_devices() -> dict[str, str]:
@@ -180,25 +189,26 @@ def dropped_devices() -> dict[str, str]:
         return dict(_dropped)
 
 
-def _in_process(skip: set[str]) -> list[Device]:
-    """The installed drivers, created on first need (all at once, bounded by DISCOVERY_TIMEOUT_S), except
-    those named in `skip` (served ones)."""
+def _in_process(skip: set[str], wait: bool = True) -> list[Device]:
+    """The installed drivers, created on first need (all at once, each within its bound), except those
+    named in `skip` (served ones); without `wait`, those created so far (the rest go on being created)."""
     global _entry_points
     if _entry_points is None:
         _entry_points = sorted(entry_points(group="nnapi.drivers"), key=lambda e: e.name)
     for ep in _entry_points:
         if ep.name not in skip and ep.name not in _local and ep.name not in _creating:
-            _creating[ep.name] = (bounded(lambda ep=ep: _create(ep), DISCOVERY_TIMEOUT_S, f"nnapi-create-{ep.name}"),
-                                  time.monotonic() + DISCOVERY_TIMEOUT_S)
-    if _creating:  # (each creation is waited for once, up to its bound)
-        concurrent.futures.wait([f for f, _ in _creating.values()],
-                                timeout=max(0.0, max(until for _, until in _creating.values()) - time.monotonic()))
-    for name, (future, _) in list(_creating.items()):
+            bound = _creation_bound(ep)
+            _creating[ep.name] = (bounded(lambda ep=ep: _create(ep), bound, f"nnapi-create-{ep.name}"),
+                                  time.monotonic() + bound)
+    for future, until in list(_creating.values()) if wait else ():  # (each waited for once, up to its bound)
+        concurrent.futures.wait([future], timeout=max(0.0, until - time.monotonic()))
+    for name, (future, until) in list(_creating.items()):
         if not future.done():
-            if name not in _dropped:
+            if name not in _dropped and time.monotonic() >= until:
+                bound = _creation_bound(next(ep for ep in _entry_points if ep.name == name))
                 log.warning("driver %s: create_device has not answered within %g s: left out until it does",
-                            name, DISCOVERY_TIMEOUT_S)
-                _dropped[name] = f"create_device has not answered within {DISCOVERY_TIMEOUT_S:g} s"
+                            name, bound)
+                _dropped[name] = f"create_device has not answered within {bound:g} s"
             continue
         del _creating[name]
         _dropped.pop(name, None)
@@ -270,6 +280,11 @@ def _services() -> tuple[list[Device], dict[str, Device]]:
 def devices() -> list[Device]:
     """All devices; the reference device comes last (the fallback). In-process drivers are found once
     per process; services are looked up in `NNAPI_SERVICE_DIR` at every call (see the module doc)."""
+    return _devices(wait=True)
+
+
+def _devices(wait: bool) -> list[Device]:
+    """`devices()`; without `wait`, the in-process drivers created so far."""
     with _lock:
         served, dead = _services()
         _dead.clear()
@@ -277,7 +292,7 @@ def devices() -> list[Device]:
         names = {d.name for d in served}
         # A dead served driver is not replaced by its in-process twin, except the reference driver:
         # the default list always keeps one to fall back on.
-        local = _in_process(names | (set(dead) - {"reference"}))
+        local = _in_process(names | (set(dead) - {"reference"}), wait)
         found = [d for d in _registered if d.name not in names]
         for d in [*served, *local]:
             if all(d.name != f.name for f in found):
@@ -310,8 +325,9 @@ def unregister_device(name: str) -> None:
 
 def find_device(name: str) -> Device:
     """The device called `name`. UNAVAILABLE_DEVICE when it is served and its service died (and is not
-    back): an explicit device list gets the error rather than another driver."""
-    found = devices()
+    back): an explicit device list gets the error rather than another driver. It waits for that device's
+    creation only, never for another's (a plug-in that hangs costs an app that names `reference` nothing)."""
+    found = _devices(wait=False)
     with _lock:
         dead = _dead.get(name)
     if dead is not None:
@@ -322,12 +338,14 @@ def find_device(name: str) -> Device:
             return d
     with _lock:
         creating = _creating.get(name)
-    if creating is not None:  # named, so worth waiting for (a default device list does not)
-        concurrent.futures.wait([creating[0]], timeout=NAMED_TIMEOUT_S)
-        found = devices()
+    if creating is not None:  # named, so worth waiting for
+        concurrent.futures.wait([creating[0]], timeout=max(NAMED_TIMEOUT_S, creating[1] - time.monotonic()))
+        found = _devices(wait=False)
         for d in found:
             if d.name == name:
                 return d
+    if not any(d.name == name for d in found) and name not in _creating:
+        found = devices()  # (not among the installed drivers: say what there is)
     why = dropped_devices().get(name)
     raise NnError(ResultCode.BAD_DATA, f"no device named {name!r} (available: {', '.join(d.name for d in found)})"
                   + (f"; the installed driver {name} was left out: {why}" if why else ""))

@@ -27,6 +27,7 @@ from ..hal import (DataLocation, ErrorStatus, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIME
                    MemoryPool, NnError, OutputShape, Request, RequestArgument, ResultCode, Timing)
 from ..memory import max_tensor_bytes
 from ..ops import numpy_dtype
+from ..qos import threads
 from .burst import Burst
 from .compilation import Compilation, deadline_after, timeout_ns
 from .memory import Memory
@@ -466,10 +467,9 @@ class Execution:
             self._finish(self._guarded_run())
             event._finish(self._result)
 
-        # Not a daemon: an app that exits with the execution in flight waits for it, as for Python's own
-        # executors (a daemon thread inside a driver's native call at interpreter shutdown aborts the
-        # process: "terminate called ... FATAL: exception not rethrown").
-        threading.Thread(target=work, daemon=False, name="nnapi-execution").start()
+        # An app that exits with the execution in flight waits for it (`qos.threads`): a thread inside a
+        # driver's native call at interpreter shutdown aborts the process ("terminate called ... FATAL").
+        threads.start(work, name="nnapi-execution")
         return event
 
     def _start(self, what: str) -> None:
@@ -746,7 +746,7 @@ class Execution:
             self._finish(error)
             event._finish(self._result)
 
-        threading.Thread(target=work, daemon=True, name="nnapi-fenced-execution").start()
+        threads.start(work, name="nnapi-fenced-execution")  # (its driver's code ends before the process)
         return event
 
     def _run_fenced(self, fences: list[int], after_ns: int | None) -> NnError | None:
@@ -831,11 +831,18 @@ def _fence_signalled(fd: int, timeout_ms: int | None) -> bool:
 
 
 def _wait_fences(fences: Sequence[int], deadline: int | None) -> None:
-    """Wait until every sync fence is signalled; MISSED_DEADLINE_TRANSIENT when the deadline passes first."""
+    """Wait until every sync fence is signalled; MISSED_DEADLINE_TRANSIENT when the deadline passes first,
+    GENERAL_FAILURE when the process exits meanwhile (`qos.threads`: the wait ends, nothing runs)."""
     for fd in fences:
-        left = None if deadline is None else max(0, (deadline - time.monotonic_ns()) // 1_000_000)
-        if not _fence_signalled(fd, left):
-            raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT, "the deadline passed while waiting for dependencies")
+        while True:
+            left = None if deadline is None else max(0, (deadline - time.monotonic_ns()) // 1_000_000)
+            if _fence_signalled(fd, 200 if left is None else min(left, 200)):
+                break
+            if threads.exiting():
+                raise NnError(ErrorStatus.GENERAL_FAILURE, "the process exited while waiting for dependencies")
+            if left is not None and left <= 200:
+                raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                              "the deadline passed while waiting for dependencies")
 
 
 def plan_through(compilation: Compilation, executor) -> "_PlanView":

@@ -26,7 +26,7 @@ from ...hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId
                     ErrorStatus, ExecutionPreference, IDevice, Model, NnError, Priority)
 from ...memory import mappable_constant_flags, max_tensor_bytes
 from ...memory.domains import DriverDomain
-from ...qos import Scheduler, estimate_peak_bytes, normalize_deadline
+from ...qos import Scheduler, estimate_peak_bytes, normalize_deadline, threads
 from ...validation import validate_model, validate_preference, validate_priority
 from .prepared import DriverPreparedModel, client_uid
 from .shared import ClaimMemo, Lru
@@ -415,9 +415,8 @@ class DriverDevice(IDevice):
                 except BaseException as e:  # handed to the caller below
                     box["error"] = e
 
-            thread = threading.Thread(target=work, daemon=True, name=f"nnapi-{self.NAME}-prepare")
             started = time.monotonic_ns()
-            thread.start()
+            thread = threads.start(work, name=f"nnapi-{self.NAME}-prepare", stop=job.abort)
             thread.join(min(threading.TIMEOUT_MAX, max(0.0, (job.deadline - time.monotonic_ns()) / 1e9)))
             if thread.is_alive():
                 job.abort()

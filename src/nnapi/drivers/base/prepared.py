@@ -19,7 +19,7 @@ from ...hal import (ClientId, ErrorStatus, ExecutionPreference, IBurst, IPrepare
                     NnError, OutputShape, Priority, Request, Timing, check_burst_tokens)
 from ...memory import MappedPool, map_pool, map_pool_kept
 from ...memory.domains import DriverDomain, current_client
-from ...qos import DurationStats, Scheduler, Ticket, normalize_deadline
+from ...qos import DurationStats, Scheduler, Ticket, normalize_deadline, threads
 from ...qos.fences import FencedCallback, wait_fences
 from ...validation import RequestChecker
 from .binding import Binding, ModelIo
@@ -201,9 +201,8 @@ class DriverPreparedModel(IPreparedModel):
 
         context = contextvars.copy_context()  # the caller's identity (memory-domain tokens) goes along
         try:
-            # (not a daemon: the interpreter waits for it at exit instead of stopping it inside native code)
-            threading.Thread(target=context.run, args=(work,), daemon=False,
-                             name=f"nnapi-{type(self).__name__}-exec").start()
+            # (the process waits for it at exit instead of stopping it inside native code: `qos.threads`)
+            threads.start(context.run, work, name=f"nnapi-{type(self).__name__}-exec")
         except BaseException:
             ticket.cancel()
             raise

@@ -34,6 +34,7 @@ import jax
 
 from ... import tracing as trace
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
+from ...qos import threads
 from ..base import Binding, DriverPreparedModel
 from ..base.loops import IterationBudget, loop_depth
 from . import program as prog
@@ -89,15 +90,19 @@ class XlaPreparedModel(DriverPreparedModel):
             start = (self._optimize_after is not None and self._runs >= self._optimize_after
                      and self._optimizer is None)
             if start:
-                self._optimizer = threading.Thread(target=self._optimize, daemon=True, name="nnapi-xla-optimize")
-        if start:
-            self._optimizer.start()
+                self._optimizer = threads.start(self._optimize, name="nnapi-xla-optimize")
 
     def _optimize(self) -> None:
+        """The optimised compile, in the background (`qos.threads`: at exit it stops between its stages,
+        and the process waits for the native stage under way)."""
         try:
             dims, lowered = prog.analyze_supported(self.model)
             parts = prog.split(self.model, dims, lowered, self.signature, len(self._segments))
+            if threads.exiting():
+                return
             segments = prog.compile_segments(self.model, parts, optimized=True)
+            if threads.exiting():
+                return
             self._warm_up(segments)
             with self._lock:
                 self._segments = segments
@@ -124,9 +129,7 @@ class XlaPreparedModel(DriverPreparedModel):
         """Start the optimised compile at once (if it has not started) and wait for it."""
         with self._lock:
             if self._optimizer is None and self.stage == "quick":
-                self._optimizer = threading.Thread(target=self._optimize, daemon=True,
-                                                   name="nnapi-xla-optimize")
-                self._optimizer.start()
+                self._optimizer = threads.start(self._optimize, name="nnapi-xla-optimize")
             thread = self._optimizer
         if thread is not None:
             thread.join()

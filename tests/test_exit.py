@@ -1,0 +1,71 @@
+"""An app exits cleanly whatever driver code is running: every thread that runs driver code is started
+by `qos.threads`, told to stop and waited for at exit, before the interpreter finalizes (a thread inside
+XLA or OpenVINO then aborted the process: rc 134, "terminate called ... FATAL: exception not rethrown")."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+TESTS = os.path.dirname(__file__)
+
+DISCOVERY = textwrap.dedent('''
+    import nnapi, sys
+    sys.path.insert(0, {tests!r})
+    from test_hardening import add_model
+    nnapi.Compilation(add_model(4), devices=["reference"]).finish()  # xla and openvino calibrate meanwhile
+''')
+
+OPTIMIZING = textwrap.dedent('''
+    import numpy as np, nnapi, sys
+    sys.path.insert(0, {tests!r})
+    from test_hardening import add_model
+    c = nnapi.Compilation(add_model(4096), devices=["xla"]).finish()
+    x = np.ones(4096, np.float32)
+    for _ in range(2):
+        c.execute([x])  # the second starts the optimised compile in the background; then the app ends
+''')
+
+
+def _clean(out: subprocess.CompletedProcess) -> None:
+    assert out.returncode == 0 and "terminate called" not in out.stderr and "FATAL" not in out.stderr, \
+        (out.returncode, out.stderr[-1500:])
+
+
+def test_apps_that_exit_while_the_drivers_calibrate_exit_cleanly(tmp_path):
+    """Eight apps at once in a fresh state directory: each names the reference driver and exits while
+    xla and openvino are still being created and calibrated on threads of their own (1 of 8 aborted)."""
+    env = dict(os.environ, NNAPI_STATE_DIR=str(tmp_path))
+    env.pop("NNAPI_SERVICE_DIR", None)
+    apps = [subprocess.Popen([sys.executable, "-c", DISCOVERY.format(tests=TESTS)], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env) for _ in range(8)]
+    for app in apps:
+        out, err = app.communicate(timeout=300)
+        _clean(subprocess.CompletedProcess(app.args, app.returncode, out, err))
+
+
+def test_an_app_that_exits_during_the_optimised_compile_exits_cleanly(tmp_path):
+    env = dict(os.environ, NNAPI_STATE_DIR=str(tmp_path), NNAPI_XLA_OPTIMIZE_AFTER="2")
+    env.pop("NNAPI_SERVICE_DIR", None)
+    for _ in range(3):
+        _clean(subprocess.run([sys.executable, "-c", OPTIMIZING.format(tests=TESTS)], capture_output=True,
+                              text=True, env=env, timeout=300))
+
+
+@pytest.mark.parametrize("device", ["xla", "openvino"])
+def test_ctrl_c_during_a_benchmark_exits_130(tmp_path, device):
+    model = os.path.join(TESTS, "..", "examples", "models", "face_detection_short_range.tflite")
+    env = dict(os.environ, NNAPI_STATE_DIR=str(tmp_path))
+    env.pop("NNAPI_SERVICE_DIR", None)
+    for delay in (0.8, 2.0, 3.5):  # discovery, the cold prepare, the timed runs
+        bench = subprocess.Popen([sys.executable, "-m", "nnapi.cli", "bench", model, "--device", device, "--runs",
+                                  "100000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+        time.sleep(delay)
+        bench.send_signal(signal.SIGINT)
+        _, err = bench.communicate(timeout=120)
+        assert bench.returncode in (0, 130) and "terminate called" not in err, (delay, bench.returncode, err[-800:])
