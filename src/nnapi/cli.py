@@ -1142,6 +1142,8 @@ def main(argv: list[str] | None = None) -> int:
     add_vts_parser(sub)
     from .service.cli import add_parser as add_serve_parser
     add_serve_parser(sub)
+    from .caching.fleet_cli import add_parser as add_fleet_parser
+    add_fleet_parser(sub)
     args = parser.parse_args(argv)
     with _logging(getattr(args, "verbose", 0)):
         return _dispatch(args)

@@ -23,7 +23,8 @@ from ..memory import map_pool_kept
 
 @dataclass(frozen=True)
 class CacheOutcome:
-    """What happened to one partition's cache: `hit`, `miss`, `disabled` or `rejected`, and why."""
+    """What happened to one partition's cache: `hit`, `miss`, `fleet` (prepared from a verified fleet
+    artifact, the signer in the reason), `disabled` or `rejected`, and why."""
 
     device: str
     outcome: str

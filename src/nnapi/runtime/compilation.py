@@ -264,6 +264,11 @@ class Compilation:
             close_cache_files(handles)
         # A cache another compilation has not finished writing (or whose write was killed) is a miss.
         outcome = "rejected" if reason.startswith("rejected") and not any(m in reason for m in MISSES) else "miss"
+        source = getattr(step.prepared, "cache_source", None)  # (a driver's fleet tier: `caching.fleet`)
+        if source is not None and source.startswith("fleet:"):
+            outcome, reason = "fleet", source
+        elif source is not None:
+            reason = f"{reason}; {source}"
         step.cache = CacheOutcome(device.name, outcome, reason if handles is not None
                                   else f"{reason}; cache files could not be created")
 

@@ -1,6 +1,6 @@
 """`nnapi serve`: host one installed driver in this process, in the foreground, on a Unix socket.
 
-    nnapi serve --driver NAME [--socket PATH] [--state-dir DIR] [--ready-fd FD] [--log-level LEVEL]
+    nnapi serve --driver NAME [--socket PATH] [--state-dir DIR] [--ready-fd FD] [--log-level LEVEL] [--fleet URL]
 
 The socket defaults to `$NNAPI_SERVICE_DIR/NAME.sock`, where apps find it. Logs go to stderr. Once
 the socket listens, the service prints `ready SOCKET` on stdout (and writes the same line to
@@ -49,6 +49,8 @@ def add_parser(sub) -> None:
                    help="stderr log level (default INFO)")
     p.add_argument("--watch-pid", type=int, help="stop when the process with this pid exits (tools that start a "
                                                  "service for one run)")
+    p.add_argument("--fleet", metavar="URL", help="serve the driver with a fleet tier: this store (as NNAPI_FLEET; "
+                                                  "NNAPI_FLEET_TRUST and NNAPI_FLEET_KEY as in the environment)")
     p.set_defaults(func=main)
 
 
@@ -104,6 +106,8 @@ def main(args: argparse.Namespace) -> int:
         print(f"nnapi serve: {e}", file=sys.stderr)
         return 2
     os.environ.pop(ENV, None)  # inside the service every driver is in-process
+    if args.fleet:
+        os.environ["NNAPI_FLEET"] = args.fleet
     os.umask(0o077)            # whatever the driver writes is private to the service's user
     try:
         state = secure_state_dir(args.state_dir)

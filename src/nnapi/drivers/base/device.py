@@ -18,7 +18,7 @@ import os
 import sqlite3
 import threading
 import time
-from typing import Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 from ...caching import (CachingEngine, IntegrityRegistry, load_artifacts, model_fingerprint, save_artifacts,
                         state_dir)
@@ -30,6 +30,9 @@ from ...qos import Scheduler, estimate_peak_bytes, normalize_deadline, threads
 from ...validation import validate_model, validate_preference, validate_priority
 from .prepared import DriverPreparedModel, client_uid
 from .shared import ClaimMemo, Lru
+
+if TYPE_CHECKING:
+    from ...caching.fleet import Fleet
 
 log = logging.getLogger("nnapi.drivers")
 
@@ -122,6 +125,14 @@ class CacheWriter:
         self.close()
 
 
+def _empty(handles: CacheHandles) -> bool:
+    """Whether every cache file is empty (nothing was ever written to them: C3)."""
+    try:
+        return all(os.fstat(fd).st_size == 0 for fd in (*handles.model_cache, *handles.data_cache))
+    except OSError:
+        return False
+
+
 def _dup(handles: CacheHandles) -> CacheHandles:
     dups: list[int] = []
     try:
@@ -175,6 +186,7 @@ class DriverDevice(IDevice):
         self._engine: CachingEngine | None = None
         self._capabilities: Capabilities | None = None
         self._warned_state = False
+        self._fleet: "Fleet | None | bool" = False  # (not looked up yet)
         self._claim_memo: Lru[list[bool]] = Lru(256)
         self._claim_store: ClaimMemo | None = None
 
@@ -238,6 +250,18 @@ class DriverDevice(IDevice):
     @registry.setter
     def registry(self, registry: IntegrityRegistry) -> None:
         self._registry = registry
+
+    @property
+    def fleet(self) -> "Fleet | None":
+        """The fleet tier `NNAPI_FLEET` names (`caching.fleet`), looked up once; None without one."""
+        if self._fleet is False:
+            from ...caching.fleet import Fleet
+            self._fleet = Fleet.from_env() if os.environ.get("NNAPI_FLEET") else None
+        return self._fleet
+
+    @fleet.setter
+    def fleet(self, fleet: "Fleet | None") -> None:
+        self._fleet = fleet
 
     @property
     def engine(self) -> CachingEngine | None:
@@ -438,7 +462,14 @@ class DriverDevice(IDevice):
             if prepared is not None:
                 return prepared
             job.set_writer(lambda: CacheWriter(lambda p: self._engine_put(engine_key, p)))
+        refused = None
+        if handles is not None and self.fleet is not None and _empty(handles):  # (C3: nothing cached here yet)
+            prepared, refused = self._from_fleet(job, handles, token)
+            if prepared is not None:
+                return prepared
         prepared = self.compile(job)
+        if refused is not None:
+            prepared.cache_source = f"fleet entry refused: {refused}"
         if job.aborted:
             return prepared
         if handles is not None and not job.deferred:
@@ -459,12 +490,40 @@ class DriverDevice(IDevice):
                 log.warning("%s: state directory unusable (%s): compilation caching is off", self.NAME, e)
             return False
 
+    def _from_fleet(self, job: CompileJob, handles: CacheHandles,
+                    token: bytes) -> tuple[DriverPreparedModel | None, str | None]:
+        """Prepare from the fleet's verified artifact (`caching.fleet`: signature, hashes, version), written
+        into the app's cache files and recorded in this driver's registry first, so the next start is a
+        local hit; (None, why not) when there is none or it is refused."""
+        from ...caching.fleet import Refused
+        try:
+            model_blobs, data_blobs, signer = self.fleet.fetch(self.NAME, self.version, token, self.CACHE_FILES)
+        except Refused as e:
+            log.info("%s: no fleet artifact used: %s", self.NAME, e)
+            return None, str(e)
+        try:
+            save_artifacts(handles, token, self.registry, self.CACHE_FILES, model_blobs, data_blobs, uid=job.uid)
+            verified = load_artifacts(handles, token, self.registry, self.CACHE_FILES, None, job.uid, job.deadline)
+            job.verified = verified.digest
+            prepared = self.load(verified.model_blobs, verified.data_blobs, job)
+        except NnError as e:
+            if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
+                raise
+            return None, f"the verified artifact cannot be used: {e.message}"
+        except Exception as e:  # (the artifact verified, but this driver cannot load it: compile instead)
+            return None, f"the verified artifact cannot be loaded: {type(e).__name__}: {e}"
+        prepared.cache_source = f"fleet: signed by {signer}"
+        log.info("%s: prepared from the fleet's artifact signed by %s", self.NAME, signer)
+        return prepared, None
+
     def _save(self, handles: CacheHandles, token: bytes, prepared: DriverPreparedModel, uid: int) -> None:
-        """Write the cache (record and files under one exclusive lock); failing only means no cache."""
+        """Write the cache (record and files under one exclusive lock), and publish it to the fleet when
+        this host signs; failing only means no cache."""
         if not self._state_usable():
             return
         try:
-            digest = save_artifacts(handles, token, self.registry, self.CACHE_FILES, *self.save(prepared), uid=uid)
+            blobs = self.save(prepared)
+            digest = save_artifacts(handles, token, self.registry, self.CACHE_FILES, *blobs, uid=uid)
         except OSError as e:  # a full disk, unwritable files: the partial files were emptied
             log.warning("%s: compilation not cached, its cache files could not be written: %s", self.NAME,
                         e.strerror or e)
@@ -473,6 +532,8 @@ class DriverDevice(IDevice):
             log.info("%s: compilation not cached: %s: %s", self.NAME, type(e).__name__, e)
             return
         self.saved(prepared, digest, uid)
+        if self.fleet is not None and not (prepared.cache_source or "").startswith("fleet:"):
+            self.fleet.publish(self.NAME, self.version, token, *blobs)
 
     def _load_cache(self, job: CompileJob, handles: CacheHandles, token: bytes) -> DriverPreparedModel:
         if not self._state_usable():

@@ -59,6 +59,9 @@ class DriverPreparedModel(IPreparedModel):
     #: Output shapes known before running (a compiled program): lets the base answer
     #: OUTPUT_INSUFFICIENT_SIZE without running. None: known only from `run`'s results.
     static_output_shapes: list[tuple[int, ...]] | None = None
+    #: Where a preparation from outside the app's cache came from ("fleet: signed by ..."), or why the
+    #: fleet was not used ("fleet entry refused: ..."): the runtime reports it in `cache_outcomes`.
+    cache_source: str | None = None
 
     def __init__(self, model: Model, preference: ExecutionPreference = ExecutionPreference.FAST_SINGLE_ANSWER,
                  priority: Priority = Priority.MEDIUM) -> None:
