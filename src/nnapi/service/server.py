@@ -7,6 +7,13 @@ concurrently, answers come back in any order, and a call costs no handoff betwee
 may bring a channel of its own (a socket pair end), served by a dedicated thread that polls it for
 a moment after each answer, as Android's burst polls its message queue.
 
+One user cannot lock out the others (`budget`): connections, calls in flight, service threads and
+burst channels are counted by uid, a uid's work beyond its thread share waits in its queue, a few
+threads are kept for accepting and answering the others, and a connection that does not say hello
+within `HELLO_TIMEOUT` seconds is closed. No service thread waits for a sync fence: fenced calls
+wait with the one waiting thread (`fences`) until their fences are signalled. A connection that
+goes takes its queued calls (they never start) and its waiting ones with it.
+
 The caller is who the kernel says it is (SO_PEERCRED): every driver call runs under
 `memory.domains.calling_client(uid, pid)` and with `client=ClientId(uid)` (QoS queues, memory-domain
 token ownership); nothing in a message can change that. Each connection owns the objects it created
@@ -19,7 +26,6 @@ descriptor is either kept by an object of that connection or closed.
 """
 from __future__ import annotations
 
-import collections
 import contextlib
 import errno
 import inspect
@@ -40,9 +46,12 @@ from ..memory import FileCopy, MappingCache, file_identity
 from ..memory.domains import calling_client
 from ..qos import Scheduler
 from ..qos.fences import wait_fences
+from ..qos.scheduler import normalize_deadline
 from . import codec
+from .budget import HELLO_TIMEOUT, Budget, Task
 from .codec import (CALL, EVENT, REPLY, Decoder, Encoder, check_bytes, check_int, check_list, check_opt_int,
                     check_str)
+from .fences import Waiter, check_sync_fence, signalled
 from .peer import Credentials, peer_credentials
 from .wire import (BURST_POLL_NS, FrameDecoder, ProtocolError, close_fds, poll_until, poll_window, receive,
                    recv_chunk, send_frame)
@@ -100,6 +109,16 @@ class _Deferred:
     def __init__(self, value: Any, after: Callable[[], None]) -> None:
         self.value = value
         self.after = after
+
+
+class _Parked:
+    """A handler's answer that must wait for sync fences: `launch()` gives the result once they are
+    signalled (`fences`: those not signalled yet; `deadline_s`: monotonic seconds, or None)."""
+
+    def __init__(self, fences: set[int], deadline_s: float | None, launch: Callable[[], Any]) -> None:
+        self.fences = fences
+        self.deadline_s = deadline_s
+        self.launch = launch
 
 
 class _Burst:
@@ -327,7 +346,7 @@ class Service:
     `serve_forever` runs until `stop` (thread- and signal-safe). Limits: connections, calls in flight
     per connection (beyond: RESOURCE_EXHAUSTED_TRANSIENT), objects per connection, service threads
     (`workers`), burst channels (beyond: the burst runs over its connection), and seconds a client may
-    take to receive an answer before it is dropped (`send_timeout`)."""
+    take to receive an answer before it is dropped (`send_timeout`); and each uid's share (`budget`)."""
 
     def __init__(self, driver: IDevice, socket_path: str, *, max_connections: int = 4096,
                  max_calls_per_client: int = 64, max_objects: int = 1 << 16, workers: int = 512,
@@ -343,7 +362,9 @@ class Service:
         self._stopping = threading.Event()
         self._clients: dict[int, _Client] = {}
         self._to_close: list[_Client] = []
-        self._ready: collections.deque[Callable[[], None]] = collections.deque()
+        self._budget = Budget(workers, exempt=frozenset({0, os.geteuid()}))
+        self._waiter = Waiter()
+        self._refusals: dict[int, tuple[float, int]] = {}  # uid -> (when its refusals were last logged, since)
         self._lock = threading.Lock()
         self._threads = 0          # service threads
         self._waiting = 0          # of them, waiting for I/O
@@ -398,6 +419,7 @@ class Service:
         self._listener.setblocking(False)
         self._epoll.register(self._listener.fileno(), _ARMED)
         self._epoll.register(self._wake_r, select.EPOLLIN)  # level-triggered: wakes every thread once set
+        self._waiter.start()
         log.info("serving %s %s on %s (pid %d)", info.name, info.version, self.socket_path, os.getpid())
 
     def stop(self) -> None:
@@ -442,6 +464,7 @@ class Service:
             clients = list(self._clients.values())
         for client in clients:
             self._drop(client)
+        self._waiter.stop()
         if self._listener is not None:
             try:
                 self._epoll.unregister(self._listener.fileno())
@@ -464,12 +487,23 @@ class Service:
     # --- threads ----------------------------------------------------------------------------------------
     # Every service thread waits on the one epoll instance; the kernel wakes one of them per event and
     # EPOLLONESHOT keeps a connection with that thread until it has read it. The thread that reads a
-    # call runs it (no handoff); before it does, it makes sure another thread is left waiting (a new one
-    # starts only when none is). Calls read together are queued, and a queued call wakes a thread.
+    # call runs it (no handoff) in a thread slot of the caller's uid; before it does, it makes sure
+    # another thread is left waiting (a new one starts only when none is). Without a slot, the reading
+    # waits in the uid's queue (`budget`); calls read together are queued, and a queued call wakes a
+    # thread.
     def _spawn(self) -> None:
         with self._lock:
             self._threads += 1
         threading.Thread(target=self._thread, name="nnapi-service", daemon=True).start()
+
+    def _keep_one_waiting(self) -> None:
+        """Start a thread if none is left waiting for I/O (this one is about to read or run a call)."""
+        if self._waiting:  # (the common case, seen without the lock)
+            return
+        with self._lock:
+            spawn = self._waiting == 0 and self._threads < self._max_threads
+        if spawn:
+            self._spawn()
 
     def _thread(self) -> None:
         ran_ns = 0  # how long the call this thread last ran took (0: it ran none)
@@ -482,28 +516,27 @@ class Service:
                 ran_ns = 0
                 if task is None:
                     continue
-                with self._lock:  # someone must keep waiting for I/O while this thread runs the call
-                    spawn = self._waiting == 0 and self._threads < self._max_threads
-                if spawn:
-                    self._spawn()
+                self._keep_one_waiting()
                 start = time.monotonic_ns()
                 try:
-                    task()
+                    task.run()
                 except Exception:
                     log.exception("a service call failed outside its error handling")
+                finally:
+                    self._budget.release(task.uid)
                 ran_ns = max(1, time.monotonic_ns() - start)
         finally:
             with self._lock:
                 self._threads -= 1
 
-    def _next_task(self, poll_ns: int = 0) -> Callable[[], None] | None:
-        """A queued call, else wait for one event and handle it (accept, read, inline calls). A thread
-        that just answered a call polls for `poll_ns` first, unless another thread already polls: a
-        client's next call usually follows its answer at once, and then finds a thread awake."""
-        try:
-            return self._ready.popleft()
-        except IndexError:
-            pass
+    def _next_task(self, poll_ns: int = 0) -> Task | None:
+        """A queued task that may run now, else wait for one event and handle it (accept, read, inline
+        calls); the task returned holds a thread slot of its uid. A thread that just answered a call
+        polls for `poll_ns` first, unless another thread already polls: a client's next call usually
+        follows its answer at once, and then finds a thread awake."""
+        task = self._budget.next()
+        if task is not None:
+            return task
         with self._lock:
             self._waiting += 1
             poll = poll_ns and not self._polling
@@ -527,7 +560,6 @@ class Service:
                     raise _Retire()
             return None
         fd, _ = events[0]
-        tasks: list[Callable[[], None]] = []
         if fd == self._wake_r:
             self._woken()
         elif fd == self._watched:
@@ -539,13 +571,45 @@ class Service:
         else:
             client = self._clients.get(fd)
             if client is not None:
-                with self._foreground.held():  # LOW work gives way while a call is read
-                    self._readable(client, tasks)
-        if len(tasks) > 1:
-            self._ready.extend(tasks[1:])
-            for _ in tasks[1:]:
-                self._wake()
-        return tasks[0] if tasks else None
+                return self._on_readable(client)
+        return None
+
+    def _on_readable(self, client: _Client) -> Task | None:
+        """Read `client` in a thread slot of its uid (inline calls are answered here); the first call
+        read is returned to run in that slot, the others are queued. Without a slot the reading waits
+        in the uid's queue (the connection is not re-armed meanwhile, so it sends nothing more)."""
+        uid = client.creds.uid
+        if not self._budget.take(uid):
+            self._queue(Task(uid, client, lambda: self._read_queued(client)))
+            return None
+        self._keep_one_waiting()
+        tasks: list[Task] = []
+        try:
+            with self._foreground.held():  # LOW work gives way while a call is read
+                self._readable(client, tasks)
+        except BaseException:
+            self._budget.release(uid)
+            raise
+        if not tasks:
+            self._budget.release(uid)
+            return None
+        for task in tasks[1:]:
+            self._queue(task)
+        return tasks[0]
+
+    def _read_queued(self, client: _Client) -> None:
+        """A reading that waited for a slot of its uid (it runs in that slot, and so does its first call)."""
+        tasks: list[Task] = []
+        with self._foreground.held():
+            self._readable(client, tasks)
+        for task in tasks[1:]:
+            self._queue(task)
+        if tasks:
+            tasks[0].run()
+
+    def _queue(self, task: Task) -> None:
+        self._budget.submit(task)
+        self._wake()
 
     def _woken(self) -> None:
         try:
@@ -582,8 +646,11 @@ class Service:
                 sock.close()
                 continue
             if len(self._clients) >= self.max_connections:
-                log.warning("refusing pid %d uid %d: %d connections already", creds.pid, creds.uid,
-                            len(self._clients))
+                self._refuse(creds, f"the service holds {len(self._clients)} connections already")
+                sock.close()
+                continue
+            if not self._budget.connect(creds.uid):
+                self._refuse(creds, f"uid {creds.uid} holds {self._budget.max_connections} connections already")
                 sock.close()
                 continue
             sock.settimeout(self.send_timeout)
@@ -591,10 +658,37 @@ class Service:
             with self._lock:
                 self._clients[sock.fileno()] = client
             self._epoll.register(sock.fileno(), _ARMED)
+            self._waiter.at(time.monotonic() + HELLO_TIMEOUT, lambda c=client: self._hello_due(c))
             log.debug("connected: %s", client)
 
+    def _refuse(self, creds: Credentials, why: str) -> None:
+        """Log a refused connection: at most once per uid every 10 s, with how many were refused since."""
+        now = time.monotonic()
+        with self._lock:
+            last, since = self._refusals.get(creds.uid, (-1e9, 0))
+            if now - last < 10.0:
+                self._refusals[creds.uid] = (last, since + 1)
+                return
+            self._refusals[creds.uid] = (now, 0)
+        log.warning("refusing a connection of pid %d uid %d: %s%s", creds.pid, creds.uid, why,
+                    f" ({since} more refused in the last 10 s)" if since else "")
+
+    def _hello_due(self, client: _Client) -> None:
+        """(the waiting thread) A connection that has not said hello by now is closed."""
+        if not client.greeted and not client.closed:
+            log.info("%s: no hello within %g s; closing the connection", client, HELLO_TIMEOUT)
+            self.request_close(client)
+
     def _drop(self, client: _Client) -> None:
-        with client.io_lock:  # not while another thread reads it
+        """Close a connection: free what it owns, cancel its queued calls and end its waiting ones."""
+        if not client.io_lock.acquire(timeout=0.05):  # a thread reads it (and answers): not for long...
+            try:
+                client.sock.shutdown(socket.SHUT_RDWR)  # ...unless an answer is stuck: it returns at once
+            except OSError:
+                pass
+            client.io_lock.acquire()
+        counted = False
+        try:
             fd = client.sock.fileno()
             if fd < 0:
                 return
@@ -605,10 +699,20 @@ class Service:
             with self._lock:
                 if self._clients.get(fd) is client:
                     del self._clients[fd]
+                    counted = True
             log.debug("disconnected: %s", client)
             client.close()
+        finally:
+            client.io_lock.release()
+        if counted:
+            self._budget.disconnect(client.creds.uid)
+        for task in self._budget.cancel(client):  # queued calls never start
+            if task.cancel is not None:
+                task.cancel()
+        for cancel in self._waiter.drop(client):  # waits for fences end
+            cancel()
 
-    def _readable(self, client: _Client, tasks: list[Callable[[], None]]) -> None:
+    def _readable(self, client: _Client, tasks: list[Task]) -> None:
         """Read what `client` sent: calls to run go to `tasks`; re-arm it, or drop it."""
         with client.io_lock:
             if client.closed:
@@ -619,7 +723,7 @@ class Service:
         if not keep:
             self._drop(client)
 
-    def _read(self, client: _Client, tasks: list[Callable[[], None]]) -> bool:
+    def _read(self, client: _Client, tasks: list[Task]) -> bool:
         try:
             data, fds = recv_chunk(client.sock)
         except (BlockingIOError, InterruptedError, socket.timeout):
@@ -640,7 +744,7 @@ class Service:
                 return False
         return True
 
-    def _dispatch(self, client: _Client, body: bytes, fds: list[int], tasks: list[Callable[[], None]]) -> bool:
+    def _dispatch(self, client: _Client, body: bytes, fds: list[int], tasks: list[Task]) -> bool:
         """Read one call: answer it at once (inline calls, errors) or add it to `tasks`; False when the
         connection must be dropped."""
         dec = Decoder(fds, stable=True)
@@ -662,31 +766,53 @@ class Service:
         if inline:
             self._run(client, rid, kind, handler, target, args, dec, counted=False)
             return not client.closed
+        uid = client.creds.uid
         with client.lock:
             busy = client.in_flight >= self.max_calls_per_client
             if not busy:
                 client.in_flight += 1
-        if busy:
+        refusal = f"{method}: too many calls in flight on this connection; try again" if busy else None
+        if not busy and not self._budget.admit(uid):
+            with client.lock:
+                client.in_flight -= 1
+            refusal = f"{method}: uid {uid} has {self._budget.max_calls} calls in flight already; try again"
+        if refusal is not None:
             dec.close()
-            client.error(rid, NnError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
-                                      f"{method}: too many calls in flight; try again"))
+            client.error(rid, NnError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT, refusal))
         else:
-            tasks.append(lambda: self._run(client, rid, kind, handler, target, args, dec,
-                                           execution=method in _EXECUTIONS))
+            tasks.append(Task(uid, client, lambda: self._run(client, rid, kind, handler, target, args, dec,
+                                                              execution=method in _EXECUTIONS),
+                              lambda: (dec.close(), self._end_call(client))))
         return True
 
     # --- one call (any service thread) -----------------------------------------------------------------
     def _run(self, client: _Client, rid: int, kind: str | None, handler: Callable, target: Any, args: list,
              dec: Decoder, counted: bool = True, execution: bool = False) -> None:
         call = _Call(client, rid, dec, Encoder())
+
+        def work(hold: contextlib.ExitStack) -> Any:
+            obj = client.lookup(target, kind) if kind is not None else None
+            if execution:
+                hold.enter_context(self._foreground.execution(obj))
+            return handler(call, obj, args)
+
+        self._answer(call, work, counted)
+
+    def _answer(self, call: _Call, work: Callable[[contextlib.ExitStack], Any], counted: bool = True) -> None:
+        """Run `work` for the caller and answer; a parked answer (`_Parked`) waits for its fences with
+        the waiting thread, the call still in flight."""
+        client, rid = call.client, call.rid
+        parked = False
         try:
             with contextlib.ExitStack() as hold:  # an execution: from its decoding to its answer
+                if client.closed:  # (gone while the call was queued or waited)
+                    return
                 with calling_client(client.creds.uid, client.creds.pid):
-                    obj = client.lookup(target, kind) if kind is not None else None
-                    if execution:
-                        hold.enter_context(self._foreground.execution(obj))
-                    result = handler(call, obj, args)
-                if isinstance(result, _Deferred):
+                    result = work(hold)
+                if isinstance(result, _Parked):
+                    self._park(call, result)
+                    parked = True
+                elif isinstance(result, _Deferred):
                     client.reply(rid, result.value, call.enc)
                     result.after()
                 else:
@@ -703,10 +829,37 @@ class Service:
             log.exception("%s: call failed", client)
             client.error(rid, NnError(ErrorStatus.GENERAL_FAILURE, f"{type(e).__name__}: {e}"))
         finally:
-            dec.close()
-            if counted:
-                with client.lock:
-                    client.in_flight -= 1
+            if not parked:
+                call.dec.close()
+                if counted:
+                    self._end_call(client)
+
+    def _end_call(self, client: _Client) -> None:
+        with client.lock:
+            client.in_flight -= 1
+        self._budget.end(client.creds.uid)
+
+    def _park(self, call: _Call, parked: _Parked) -> None:
+        """Hand a call to the waiting thread until its fences are signalled; then it runs in a slot of its
+        uid, as a queued call. A disconnect ends the wait (the call is never run)."""
+        client = call.client
+
+        def abandon() -> None:
+            call.enc.close()
+            call.dec.close()
+            self._end_call(client)
+
+        def ready(error: NnError | None) -> None:
+            def resume(hold: contextlib.ExitStack) -> Any:
+                if error is not None:
+                    raise error
+                return parked.launch()
+            self._queue(Task(client.creds.uid, client, lambda: self._answer(call, resume), abandon))
+
+        self._waiter.park(client, parked.fences, parked.deadline_s, ready, abandon)
+        if client.closed:  # (it went while the call was parked: `_drop` may have missed it)
+            for cancel in self._waiter.drop(client):
+                cancel()
 
     def _client_kw(self, client: _Client, method: str) -> dict:
         return {"client": ClientId(client.creds.uid)} if self._takes_client.get(method, True) else {}
@@ -754,7 +907,10 @@ class Service:
         with client.lock:
             status["prepared_client_uids"] = [getattr(e.obj, "client_uid", None) for e in client.objects.values()
                                               if e.kind == PREPARED]
+        status["budget"] = self._budget.figures(client.creds.uid)
         if client.creds.uid in (0, os.getuid()):
+            status["budgets"] = self._budget.all_figures()
+            status["parked"] = self._waiter.parked
             status["connections"] = len(self._clients)
             status["fds"] = len(os.listdir("/proc/self/fd"))
             status["threads"] = threading.active_count()
@@ -860,14 +1016,36 @@ class Service:
             raise
         return _Deferred(None, after)
 
-    def _execute_fenced(self, call: _Call, prepared, args) -> list:
+    def _execute_fenced(self, call: _Call, prepared, args) -> list | _Parked:
+        """Runs once every sync fence of wait_for is signalled: at once if they are, else the call waits
+        with the waiting thread (no service thread waits) and its request is read when they are."""
         request, wait_for, measure, deadline, loop_timeout, after_fence = self._exec_args(args, "execute_fenced", 6)
-        request = call.client.in_place(call.dec.request(request))
         fences = [call.dec.fd(f, f"wait_for {k}") for k, f in enumerate(check_list(wait_for, "wait_for", 1024))]
-        fence, callback = prepared.execute_fenced(
-            request, fences, _enum(MeasureTiming, check_int(measure, "measure")),
-            check_opt_int(deadline, "deadline"), check_opt_int(loop_timeout, "loop timeout"),
-            check_opt_int(after_fence, "timeout after fence"), client=ClientId(call.client.creds.uid))
+        for k, fd in enumerate(fences):
+            check_sync_fence(fd, f"execute_fenced: wait_for {k}")
+        measure = _enum(MeasureTiming, check_int(measure, "measure"))
+        deadline, loop_timeout = check_opt_int(deadline, "deadline"), check_opt_int(loop_timeout, "loop timeout")
+        after_fence = check_opt_int(after_fence, "timeout after fence")
+
+        def launch() -> list:
+            return self._launch_fenced(call, prepared, request, fences, measure, deadline, loop_timeout, after_fence)
+
+        pending = {fd for fd in fences if not signalled(fd)}
+        if not pending:
+            return launch()
+        due = normalize_deadline(deadline)
+        if due is not None and time.monotonic_ns() >= due:
+            raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT, "execute_fenced: the deadline had passed before "
+                                                                  "the call")
+        return _Parked(pending, None if due is None else due / 1e9, launch)
+
+    def _launch_fenced(self, call: _Call, prepared, request, fences: list[int], measure, deadline: int | None,
+                       loop_timeout: int | None, after_fence: int | None) -> list:
+        """The fenced execution, its fences signalled (the driver gets none to wait for: an app could reset
+        an eventfd it signalled, and a service thread would wait on it)."""
+        request = call.client.in_place(call.dec.request(request))
+        fence, callback = prepared.execute_fenced(request, [], measure, deadline, loop_timeout, after_fence,
+                                                  client=ClientId(call.client.creds.uid))
         if fence is not None and fence >= 0 and call.dec.writes_back:
             wait_fences([fence], None)  # outputs in copies of the app's files go back before the answer
             os.close(fence)
@@ -895,6 +1073,7 @@ class Service:
         (Android's burst polls its message queue the same way), so back-to-back executions cost no
         wake-up. Without one (or past the service's limit) they come on the connection."""
         channel = None
+        uid = call.client.creds.uid
         if args:
             (ref,) = check_list(args, "configure_execution_burst arguments", length=1)
             fd = call.dec.fd(ref, "burst channel")
@@ -907,19 +1086,20 @@ class Service:
             if channel.type != socket.SOCK_STREAM or channel.family != socket.AF_UNIX:
                 channel.close()
                 raise invalid("configure_execution_burst: the burst channel must be a Unix stream socket")
-            with self._lock:
-                if self._channels >= self.max_burst_channels:
-                    channel.close()
-                    channel = None
-                else:
+            with self._lock:  # (the service's channels, and the uid's share of them)
+                full = self._channels >= self.max_burst_channels or not self._budget.open_channel(uid)
+                if not full:
                     self._channels += 1
-        burst = _Burst(prepared.configure_execution_burst(), channel)
+            if full:
+                channel.close()
+                channel = None
         try:
+            burst = _Burst(prepared.configure_execution_burst(), channel)
             oid = call.client.add(_Entry(BURST, burst, on_release=burst.close))
         except BaseException:
             if channel is not None:
-                with self._lock:
-                    self._channels -= 1
+                channel.close()
+                self._channel_closed(uid)
             raise
         if channel is not None:
             threading.Thread(target=self._serve_channel, args=(call.client, oid, burst), daemon=True,
@@ -944,9 +1124,13 @@ class Service:
             log.debug("%s: burst channel closed (%s)", client, e)
         finally:
             decoder.close()
-            with self._lock:
-                self._channels -= 1
+            self._channel_closed(client.creds.uid)
             client.release(oid)  # the burst goes with its channel
+
+    def _channel_closed(self, uid: int) -> None:
+        with self._lock:
+            self._channels -= 1
+        self._budget.close_channel(uid)
 
     def _channel_call(self, client: _Client, oid: int, burst: "_Burst", channel: socket.socket,
                       send_lock: threading.Lock, body: bytes, fds: list[int]) -> None:
