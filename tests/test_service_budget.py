@@ -1,11 +1,12 @@
-"""One uid's share of `nnapi serve` (the audit's S2 and S3, issue 31): fenced calls on fences that
-never signal, idle and hello-less connections, and answers never read. Each attack is bounded in
-time; another uid's ADD is still served by the service with its usual latency, and what the attacker
-left behind is gone once it disconnects."""
+"""One uid's share of `nnapi serve` (the audit's S2, S3 and item 5, issue 31): fenced calls on fences
+that never signal, idle and hello-less connections, answers never read, and a fake service planted
+where apps look for one. Each attack is bounded in time; another uid's ADD is still served by the
+service with its usual latency, and what the attacker left behind is gone once it disconnects."""
 from __future__ import annotations
 
 import collections
 import fcntl
+import logging
 import mmap
 import os
 import resource
@@ -27,7 +28,7 @@ from nnapi import OperationType as Op
 from nnapi.hal import (DataLocation, ErrorStatus, ExecutionPreference, MeasureTiming, MemoryPool, NnError, Priority,
                        Request, RequestArgument)
 from nnapi.memory import allocate_ashmem
-from nnapi.service import codec, connect
+from nnapi.service import codec, connect, sockets
 from nnapi.service.budget import HELLO_TIMEOUT, MAX_CALLS_PER_UID, MAX_CONNECTIONS_PER_UID, MAX_THREADS_PER_UID
 from nnapi.service.cli import served
 from nnapi.service.wire import frame, send_frame
@@ -387,3 +388,131 @@ def test_a_uid_that_never_reads_its_answers_holds_at_most_its_share_of_threads(s
     assert max(u["running"] for u in samples) == MAX_THREADS_PER_UID and samples[-1]["queued"] > 0, samples
     settled = _settles(service, APP_A)  # its blocked answers ended, its queued calls never ran
     assert [settled[k] for k in _NOTHING] == [0, 0, 0, 0], settled
+
+
+# --- item 5: a fake service --------------------------------------------------------------------------------------
+def _listening(path: str) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    os.chmod(path, 0o666)
+    s.listen(8)
+    s.setblocking(False)
+    return s
+
+
+def _pending(listener: socket.socket) -> int:
+    n = 0
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except BlockingIOError:
+            return n
+        conn.close()
+        n += 1
+
+
+class _Warnings(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def test_a_fake_service_socket_is_refused_before_connecting():
+    """A socket in a folder others may write, or a socket another user owns, may be anyone's: the app
+    never connects to it (it would hand that process its cache files opened read-write)."""
+    base = tempfile.mkdtemp(prefix="nnapi-test-fake-")
+    os.chmod(base, 0o755)
+    open_dir = os.path.join(base, "open")
+    os.mkdir(open_dir)
+    os.chmod(open_dir, 0o777)  # anyone may plant a socket here
+    theirs_dir = os.path.join(base, "theirs")
+    os.mkdir(theirs_dir)
+    os.chown(theirs_dir, APP_A, APP_A)
+    owned_dir = os.path.join(base, "owned")
+    os.mkdir(owned_dir)
+    os.chmod(owned_dir, 0o755)
+    planted = {"open": _listening(os.path.join(open_dir, "reference.sock")),
+               "theirs": _listening(os.path.join(theirs_dir, "reference.sock")),
+               "owned": _listening(os.path.join(owned_dir, "reference.sock"))}
+    os.chown(os.path.join(owned_dir, "reference.sock"), APP_A, APP_A)  # a socket of another user
+    reasons = {"open": "writable by other users", "theirs": f"belongs to uid {APP_A}",
+               "owned": f"belongs to uid {APP_A}"}
+
+    def app() -> dict:
+        handler = _Warnings()
+        logging.getLogger("nnapi.service").addHandler(handler)
+        out: dict = {}
+        for name, folder in (("open", open_dir), ("theirs", theirs_dir), ("owned", owned_dir)):
+            path = os.path.join(folder, "reference.sock")
+            try:
+                connect(path, timeout=2.0)
+                out[name] = ["connected", ""]
+            except NnError as e:
+                out[name] = [e.status.name, e.message]
+            out[name + " listed"] = sockets(folder)
+        out["warnings"] = handler.messages
+        return out
+
+    try:
+        result = run_as(APP_B, app)
+        for name, reason in reasons.items():
+            path = os.path.join(base, name, "reference.sock")
+            status, message = result[name]
+            assert status == ErrorStatus.DEVICE_UNAVAILABLE.name and path in message and reason in message, result
+            assert result[name + " listed"] == [], result
+            assert any(path in w and reason in w for w in result["warnings"]), result
+            assert _pending(planted[name]) == 0, name  # never even connected
+    finally:
+        for s in planted.values():
+            s.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_service_running_as_another_user_is_refused():
+    """A socket root owns in a folder only root may write, but listened on by a process of another
+    user (SO_PEERCRED says who): refused once connected, before hello."""
+    base = tempfile.mkdtemp(prefix="nnapi-test-fake-")
+    os.chmod(base, 0o755)
+    path = os.path.join(base, "reference.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    os.chmod(path, 0o666)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the fake service: listens as APP_A, counts hellos
+        try:
+            os.setgid(APP_A)
+            os.setuid(APP_A)
+            s.listen(8)
+            os.write(w, b"l")
+            s.settimeout(8.0)
+            conn, _ = s.accept()
+            conn.settimeout(3.0)
+            got = conn.recv(65536)
+            os.write(w, b"h" if got else b"-")
+        except BaseException:
+            os.write(w, b"-")
+        os._exit(0)
+    s.close()
+    os.close(w)
+    try:
+        assert os.read(r, 1) == b"l"
+
+        def app() -> dict:
+            try:
+                connect(path, timeout=2.0)
+                return {"status": "connected", "message": ""}
+            except NnError as e:
+                return {"status": e.status.name, "message": e.message}
+
+        result = run_as(APP_B, app)
+        assert result["status"] == ErrorStatus.DEVICE_UNAVAILABLE.name, result
+        assert path in result["message"] and f"uid {APP_A}" in result["message"], result
+        assert os.read(r, 1) == b"-"  # the fake never got a hello (nor anything else)
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)
+        shutil.rmtree(base, ignore_errors=True)

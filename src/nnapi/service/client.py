@@ -8,6 +8,10 @@ go to their callbacks in order on an event thread. If the service goes away (kil
 stopped) every pending call ends at once with DEVICE_UNAVAILABLE (Android's DEAD_OBJECT), so does
 every later call, and the device's death callbacks run (the runtime marks it dead).
 
+A socket is connected only if nobody but root or the app itself could have put it there
+(`discovery.untrusted`) and its process runs as root or as the app's uid (SO_PEERCRED): a fake service
+would get the app's cache files opened read-write. Anything else is DEVICE_UNAVAILABLE, with a warning.
+
 Tensor bytes never cross the socket: shared-memory pools travel as descriptors, and in-process
 pointer pools (numpy arguments) are staged in shared memory for the call (one region for all of
 them; inputs copied in, outputs copied back). A burst has a channel of its own (a socket pair whose
@@ -37,6 +41,8 @@ from ..hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId,
 from ..memory import MAPPED_ONCE_BYTES, file_identity, fixed_size_memfd, on_forget
 from . import codec
 from .codec import CALL, ERROR, EVENT, REPLY, Encoder
+from .discovery import untrusted, warn_untrusted
+from .peer import peer_credentials
 from .wire import Durations, FrameDecoder, ProtocolError, close_fds, poll_window, receive, recv_chunk, send_frame
 
 log = logging.getLogger("nnapi.service")
@@ -91,14 +97,7 @@ class Connection:
 
     def __init__(self, path: str, timeout: float = CONNECT_TIMEOUT) -> None:
         self.path = os.path.abspath(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        sock.settimeout(timeout)
-        try:
-            sock.connect(self.path)
-        except OSError as e:
-            sock.close()
-            raise _unavailable(f"cannot connect to the service at {self.path}: {e.strerror or e}") from None
-        sock.settimeout(None)
+        sock = _connect_trusted(self.path, timeout)
         self._sock = sock
         self._send_lock = threading.Lock()
         self._state_lock = threading.Lock()
@@ -448,6 +447,39 @@ class Connection:
                 handler(payload, error)
             except Exception:
                 log.exception("an execution callback failed")
+
+
+def _connect_trusted(path: str, timeout: float) -> socket.socket:
+    """A socket connected to the service at `path`, which only root or this app could have put there and
+    whose process runs as root or as this app's uid (SO_PEERCRED); DEVICE_UNAVAILABLE naming the path
+    and why otherwise (a fake service would get the app's cache files opened read-write)."""
+    reason = untrusted(path)
+    if reason is not None:
+        warn_untrusted(path, reason)
+        raise _unavailable(f"not connecting to the service socket {path}: {reason}")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            try:
+                sock.connect(path)
+                break
+            except BlockingIOError:  # its backlog is full (a flood of connections): try again until the timeout
+                if time.monotonic() >= deadline:
+                    raise TimeoutError("its queue of connections stayed full") from None
+                time.sleep(0.005)
+        uid, mine = peer_credentials(sock).uid, os.geteuid()
+    except OSError as e:
+        sock.close()
+        raise _unavailable(f"cannot connect to the service at {path}: {e.strerror or e}") from None
+    if uid not in (0, mine):
+        sock.close()
+        reason = f"its process runs as uid {uid}, not as root or as this app's uid {mine}"
+        warn_untrusted(path, reason)
+        raise _unavailable(f"not using the service at {path}: {reason}")
+    sock.settimeout(None)
+    return sock
 
 
 def _forget_connections_in_child() -> None:

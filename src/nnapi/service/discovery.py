@@ -1,8 +1,18 @@
-"""Where services live: sockets `<name>.sock` in the service directory (`NNAPI_SERVICE_DIR`)."""
+"""Where services live: sockets `<name>.sock` in the service directory (`NNAPI_SERVICE_DIR`).
+
+Only a socket that nobody but root or the app itself could have put there is a service (`untrusted`):
+the socket and every folder above it belong to root or to the app's uid, its folder is writable by
+no one else, and a folder above it only with the sticky bit (as /tmp). Anyone else's socket may be a
+fake service, which would receive the app's cache files opened read-write: it is skipped, with a
+warning.
+"""
 from __future__ import annotations
 
+import logging
 import os
 import stat
+
+log = logging.getLogger("nnapi.service")
 
 ENV = "NNAPI_SERVICE_DIR"
 SUFFIX = ".sock"
@@ -33,11 +43,48 @@ def sockets(directory: str) -> list[str]:
             continue
         path = os.path.join(directory, name)
         try:
-            if stat.S_ISSOCK(os.stat(path).st_mode):
-                found.append(os.path.abspath(path))
+            if not stat.S_ISSOCK(os.stat(path).st_mode):
+                continue
         except OSError:
             continue
+        path = os.path.abspath(path)
+        reason = untrusted(path)
+        if reason is not None:
+            warn_untrusted(path, reason)
+            continue
+        found.append(path)
     return found
+
+
+def untrusted(path: str) -> str | None:
+    """Why the service socket at `path` may be someone else's (None: only root or this app could have
+    put it there; see the module doc)."""
+    uid = os.geteuid()
+    chain = [os.path.realpath(path)]  # the socket, its folder, and every folder above
+    while os.path.dirname(chain[-1]) != chain[-1]:
+        chain.append(os.path.dirname(chain[-1]))
+    for k, place in enumerate(chain):
+        what = "it" if k == 0 else f"its folder {place}"
+        try:
+            st = os.stat(place)
+        except OSError as e:
+            return f"{what} cannot be examined ({e.strerror})"
+        if st.st_uid not in (0, uid):
+            return f"{what} belongs to uid {st.st_uid}, not to root or to this app's uid {uid}"
+        if k and st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and (k == 1 or not st.st_mode & stat.S_ISVTX):
+            return f"{what} is writable by other users (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
+_warned: set[tuple[str, str]] = set()
+
+
+def warn_untrusted(path: str, reason: str) -> None:
+    """Log that the socket at `path` is not used (once per path and reason in a process)."""
+    if (path, reason) not in _warned:
+        if len(_warned) < 1024:
+            _warned.add((path, reason))
+        log.warning("not using the service socket %s: %s (it may be another user's fake service)", path, reason)
 
 
 def socket_key(path: str) -> tuple[int, int, int] | None:
