@@ -1144,6 +1144,8 @@ def main(argv: list[str] | None = None) -> int:
     add_serve_parser(sub)
     from .caching.fleet_cli import add_parser as add_fleet_parser
     add_fleet_parser(sub)
+    from .batch_cli import add_parser as add_batch_parser
+    add_batch_parser(sub, common)
     args = parser.parse_args(argv)
     with _logging(getattr(args, "verbose", 0)):
         return _dispatch(args)
