@@ -138,3 +138,23 @@ def test_nnapi_batch_over_a_folder_or_parquet(tmp_path, form):
     for rid, value in zip(ids, table["output_0"]):
         k = int(str(rid)[3:5]) if form != "parquet" else int(rid)
         np.testing.assert_array_equal(np.asarray(value).reshape(-1), expected[k].reshape(-1))
+
+
+@pytest.mark.parametrize("service", [False, True], ids=["in-process", "served"])
+def test_sharded_certification_gives_the_counts_of_a_local_run(tmp_path, service):
+    """`nnapi cts PATH --ray-address local`: the vectors sharded across Ray tasks, each hosting the driver
+    in-process or behind its own `nnapi serve`; the same JSON results, in the same order, and last line."""
+    import json
+    cts = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "cts")
+
+    def cts_run(*extra: str) -> tuple[str, dict]:
+        out = subprocess.run([sys.executable, "-m", "nnapi.cli", "cts", cts, "--device", "reference", "-k",
+                              "depth_to_space", "--json", str(tmp_path / "r.json"), *extra], capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        return out.stdout.strip().splitlines()[-1], json.load(open(tmp_path / "r.json"))
+
+    local_line, local = cts_run()
+    sharded_line, sharded = cts_run("--ray-address", "local", *(["--service"] if service else []))
+    assert sharded_line == local_line and local["summary"]["total"] > 10, (sharded_line, local_line)
+    assert [(r["name"], r["status"]) for r in sharded["results"]] == [(r["name"], r["status"]) for r in local["results"]]

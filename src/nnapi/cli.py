@@ -321,7 +321,7 @@ def _cmd_devices(args: argparse.Namespace) -> int:
 
 
 def _cmd_cts(args: argparse.Namespace) -> int:
-    if getattr(args, "service", False):
+    if getattr(args, "service", False) and not getattr(args, "ray_address", None):  # (sharded: one per task)
         from .service.cli import run_served
         return run_served(args.device, lambda: _cmd_cts(argparse.Namespace(**{**vars(args), "service": False})))
     from rich.table import Table
@@ -345,7 +345,12 @@ def _cmd_cts(args: argparse.Namespace) -> int:
                 tally[r.status] += 1
             progress.update(1, f"{tally['failed']} failed, {tally['skipped']} skipped")
 
-        results = run_vectors(tests, args.device, step)
+        if getattr(args, "ray_address", None):
+            from .conformance.sharded import run_sharded
+            results = run_sharded(args.paths, args.k, args.device, args.ray_address, service=args.service,
+                                  progress=lambda shard: [step(r) for r in shard])
+        else:
+            results = run_vectors(tests, args.device, step)
     elapsed = time.perf_counter() - start
     summary = summarize(results)
     out = stdout_console()
@@ -1094,6 +1099,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--trace", metavar="FILE.json", help="write a Chrome / Perfetto trace of the run to this file")
     p.add_argument("--service", action="store_true", help="run --device's driver behind `nnapi serve` (started in a "
                                                           "temporary NNAPI_SERVICE_DIR, stopped at the end)")
+    p.add_argument("--ray-address", metavar="ADDR", help="shard the vectors across Ray tasks on this cluster ('local': "
+                                                         "a Ray started for the run); same JSON and last line")
     p.set_defaults(func=_cmd_cts, check=_check_cts)
     p = sub.add_parser("run", help="import a .tflite model, compile and run it once", parents=[common])
     p.add_argument("model", help="a .tflite file")
