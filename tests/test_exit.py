@@ -64,7 +64,9 @@ def test_ctrl_c_during_a_benchmark_exits_130(tmp_path, device):
     env.pop("NNAPI_SERVICE_DIR", None)
     for delay in (0.8, 2.0, 3.5):  # discovery, the cold prepare, the timed runs
         bench = subprocess.Popen([sys.executable, "-m", "nnapi.cli", "bench", model, "--device", device, "--runs",
-                                  "100000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+                                  "100000"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                                 # (as from a terminal: a job started in the background inherits SIGINT ignored)
+                                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         time.sleep(delay)
         bench.send_signal(signal.SIGINT)
         _, err = bench.communicate(timeout=120)
