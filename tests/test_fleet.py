@@ -296,3 +296,35 @@ def test_nnapi_fleet_keygen_ls_verify_prune(tmp_path, published, keys):
     pruned = fleet("prune")
     assert pruned.returncode == 0 and "dropped 1 entries" in pruned.stdout, pruned.stdout
     assert "0 entries" in fleet("ls").stdout
+
+
+def test_a_served_driver_with_a_fleet_tier_reports_fleet_to_the_app(tmp_path, published, keys, monkeypatch):
+    """`nnapi serve --driver reference --fleet URL` on two hosts (two services with their own state
+    directories): the first publishes what its app compiles; the second's driver prepares from the verified
+    artifact, and its app sees `fleet` with the signer through the service (the app never writes the driver's
+    registry)."""
+    import nnapi
+    from nnapi.service import ENV, default_socket
+    from nnapi.service.cli import start
+    model = add_model(4096)
+    outcomes = []
+    for host, signing in (("a", True), ("b", False)):
+        folder = tmp_path / f"services-{host}"
+        folder.mkdir()
+        env = dict(os.environ, NNAPI_FLEET_TRUST=str(tmp_path / "host.key.pub"))
+        if signing:
+            env["NNAPI_FLEET_KEY"] = str(tmp_path / "host.key")
+        served = start("reference", default_socket("reference", str(folder)), str(tmp_path / f"state-{host}"),
+                       env=env, extra=["--fleet", published.url])
+        try:
+            monkeypatch.setenv(ENV, str(folder))
+            c = nnapi.Compilation(model, devices=["reference"], cache_dir=tmp_path / f"cache-{host}",
+                                  token=TOKEN).finish()
+            assert c.steps[0].device.where == f"service pid {served.pid}"
+            outcomes.append((c.cache_outcomes[0].outcome, c.cache_outcomes[0].reason))
+            np.testing.assert_array_equal(c.execute([X])[0], EXPECTED)
+            time.sleep(0.5)  # (publishing runs in the background)
+        finally:
+            served.stop()
+    assert outcomes[0][0] == "miss" and "no fleet entry" in outcomes[0][1], outcomes
+    assert outcomes[1] == ("fleet", "fleet: signed by host.key"), outcomes

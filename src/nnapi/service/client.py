@@ -802,7 +802,13 @@ class ServiceDevice(IDevice):
         except BaseException:
             enc.close()
             raise
-        return ServicePreparedModel(self, self.connection.call("prepare_model", 0, args, enc))
+        result = self.connection.call("prepare_model", 0, args, enc)
+        if isinstance(result, list):  # [id, where the driver took it from] (its fleet tier)
+            oid, source = codec.check_list(result, "prepare_model result", length=2)
+            prepared = ServicePreparedModel(self, oid)
+            prepared.cache_source = codec.check_str(source, "prepare_model cache source")
+            return prepared
+        return ServicePreparedModel(self, result)
 
     @_hal
     def prepare_model_from_cache(self, deadline: int | None, cache: CacheHandles, token: bytes, *,
@@ -836,6 +842,9 @@ class _Remote:
 
 class ServicePreparedModel(_Remote, IPreparedModel):
     """A model prepared by a served driver."""
+
+    #: Where the served driver took it from, when not from the app's cache (its fleet tier), or why not.
+    cache_source: str | None = None
 
     def __init__(self, device: ServiceDevice, oid: Any) -> None:
         super().__init__(device, oid)

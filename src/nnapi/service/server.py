@@ -933,7 +933,9 @@ class Service:
             model, _enum(ExecutionPreference, check_int(preference, "preference")),
             _enum(Priority, check_int(priority, "priority")), check_opt_int(deadline, "deadline"), call.dec.cache(cache),
             None if token is None else check_bytes(token, "token"), **self._client_kw(call.client, "prepare_model"))
-        return call.client.add(_Entry(PREPARED, prepared, self._adopt_model_fds(model, call.dec)))
+        oid = call.client.add(_Entry(PREPARED, prepared, self._adopt_model_fds(model, call.dec)))
+        source = getattr(prepared, "cache_source", None)  # (the fleet tier's word: [id, source] then)
+        return oid if source is None else [oid, str(source)]
 
     def _prepare_model_from_cache(self, call: _Call, obj, args) -> int:
         deadline, cache, token = check_list(args, "prepare_model_from_cache arguments", length=3)
