@@ -18,6 +18,8 @@ import os
 import sys
 import time
 
+import numpy as np
+
 
 def add_parser(sub, common) -> None:
     """Register `nnapi batch` in the command's subparsers."""
@@ -42,7 +44,6 @@ def _fail(message: str) -> int:
 
 def _decode(row: dict, names: list[list[str]], shapes: list[tuple]) -> dict:
     """One .npy/.npz file's bytes as a row: its id (the file name) and one column per model input."""
-    import numpy as np
     name = os.path.basename(row["path"])
     try:
         loaded = np.load(io.BytesIO(row["bytes"]), allow_pickle=False)
@@ -59,6 +60,17 @@ def _decode(row: dict, names: list[list[str]], shapes: list[tuple]) -> dict:
             array = array[0]  # (the model's batch dimension, given)
         out[aliases[0]] = array
     return out
+
+
+def _batched_npy(files: list[str], shapes: list[tuple]) -> bool:
+    """Whether every file is a .npy of the one input's shape with its batch dimension of 1 (checked on the
+    first file's header): Ray's reader then gives one row per file."""
+    if len(shapes) != 1 or not shapes[0] or shapes[0][0] != 1 or not all(f.endswith(".npy") for f in files):
+        return False
+    try:
+        return tuple(np.load(files[0], mmap_mode="r", allow_pickle=False).shape) == tuple(shapes[0])
+    except (ValueError, OSError):
+        return False
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,7 +102,11 @@ def run(args: argparse.Namespace) -> int:
         files = sorted(os.path.join(args.input, f) for f in os.listdir(args.input)) if os.path.isdir(args.input) \
             else [args.input]
         arrays = [f for f in files if f.endswith((".npy", ".npz"))]
-        if arrays:
+        if arrays and _batched_npy(arrays, shapes):  # (Ray's own reader: one row per file, in blocks)
+            ds = ray.data.read_numpy(arrays, include_paths=True).map_batches(
+                lambda b: {"id": np.array([os.path.basename(p) for p in b["path"]]), names[0][0]: b["data"]},
+                batch_format="numpy")
+        elif arrays:
             ds = ray.data.read_binary_files(arrays, include_paths=True).map(
                 lambda row: _decode(row, names, shapes))
         else:
