@@ -575,10 +575,11 @@ def _check_run(args: argparse.Namespace) -> None:
     _device_names([args.device])
 
 
-def _import(path: str):
-    """The `.tflite` file as an ImportedModel (the importer traces it as the "import" slice)."""
+def _import(path: str, relaxed: bool = False):
+    """The `.tflite` file as an ImportedModel (the importer traces it as the "import" slice); `relaxed`:
+    float32 may be computed in float16 (`--relaxed`)."""
     from .importers import load_tflite
-    return load_tflite(path)
+    return load_tflite(path, relaxed=relaxed)
 
 
 @contextlib.contextmanager
@@ -598,7 +599,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     say = (lambda *_: None) if args.json else print
     with _tracing(args.trace):
         start = time.perf_counter()
-        imported = _import(args.model)
+        imported = _import(args.model, getattr(args, "relaxed", False))
         import_s = time.perf_counter() - start
         say(f"model {args.model}: {len(imported.inputs)} inputs, {len(imported.outputs)} outputs, "
             f"{sum(imported.operators.values())} TFLite operators -> {sum(imported.operations.values())} NNAPI "
@@ -740,7 +741,7 @@ def _stage_text(stages: list[str | None]) -> str:
 def bench_model(path: str, device: str | None = None, cache_dir: str | None = None, runs: int = 50,
                 warmup: int = 5, priority=100, timeout_ms: float | None = None, preference: int = 1,
                 wait_optimized: bool = True, timeline: list[dict] | None = None,
-                progress: Callable[[int, str], None] | None = None) -> dict:
+                progress: Callable[[int, str], None] | None = None, relaxed: bool = False) -> dict:
     """Import, prepare cold (empty cache) and cached, run first / `warmup` / `runs` timed executions.
     With `wait_optimized` the timed runs start once every partition runs its optimised executable (xla
     compiles a quick one first). Returns the figures `nnapi bench` prints (times in seconds or
@@ -762,7 +763,7 @@ def bench_model(path: str, device: str | None = None, cache_dir: str | None = No
     warm_up_devices(device_list(device))
     _graph_class()
     start = time.perf_counter()
-    imported = _import(path)
+    imported = _import(path, relaxed)
     import_s = time.perf_counter() - start
     inputs = random_inputs(imported.inputs)
     devices = device_list(device)
@@ -923,7 +924,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         result = bench_model(args.model, args.device, args.cache_dir, args.runs, warmup=args.warmup,
                              priority=args.priority, timeout_ms=args.timeout_ms, preference=args.preference,
                              wait_optimized=not args.no_wait_optimized, timeline=timeline,
-                             progress=lambda advance, note: progress.update(advance, note))
+                             progress=lambda advance, note: progress.update(advance, note), relaxed=args.relaxed)
     stages = ", ".join(f"{s['device']} {s['stage'] or 'single-stage'}" for s in result["stages"])
     table = Table(title=f"nnapi bench {result['model']} on {result['device']} ({result['runs']} runs)")
     table.add_column("figure")
@@ -1108,6 +1109,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "them (default: all devices, partitioned)")
     p.add_argument("--cache-dir", help="compilation cache directory (a second run hits the cache)")
     p.add_argument("--priority", type=_priority_arg, default=100, help="low, medium (default) or high")
+    p.add_argument("--relaxed", action="store_true", help="float32 may be computed in float16 "
+                                                          "(relax_computation_float32_to_float16)")
     p.add_argument("--timeout-ms", type=_milliseconds, help="execution deadline in milliseconds (0: no timeout, "
                                                             "the default)")
     p.add_argument("--preference", type=_preference_arg, default=1, help=_PREFERENCE_HELP)
@@ -1129,6 +1132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-wait-optimized", action="store_true",
                    help="time the executable as prepared (xla: the quick one) instead of waiting for the optimised one")
     p.add_argument("--priority", type=_priority_arg, default=100, help="low, medium (default) or high")
+    p.add_argument("--relaxed", action="store_true", help="float32 may be computed in float16 "
+                                                          "(relax_computation_float32_to_float16)")
     p.add_argument("--timeout-ms", type=_milliseconds, help="deadline of each timed execution in milliseconds; "
                                                             "misses are counted (0: no timeout, the default)")
     p.add_argument("--preference", type=_preference_arg, default=1, help=_PREFERENCE_HELP)

@@ -343,7 +343,7 @@ def load(model: str | os.PathLike | Model | ImportedModel,
          devices: Sequence[Device | str] | Device | str | None = None, *, cache_dir: str | os.PathLike | None = None,
          token: bytes | None = None, priority: Priority | int | str = Priority.MEDIUM,
          preference: ExecutionPreference | int | str = ExecutionPreference.FAST_SINGLE_ANSWER,
-         timeout: float | None = None) -> CompiledModel:
+         timeout: float | None = None, relaxed: bool = False) -> CompiledModel:
     """Import (a `.tflite` path), partition and compile a model; returns a `CompiledModel`.
 
     `devices`: a device name, a list of them, or None for all devices (partitioned). `cache_dir`:
@@ -351,10 +351,12 @@ def load(model: str | os.PathLike | Model | ImportedModel,
     (the file's hash for a `.tflite`, `nnapi.model_token` for a built model). `priority`: LOW /
     MEDIUM / HIGH (or "low", 90, ...). `preference`: an `ExecutionPreference` or its name
     ("sustained-speed"). `timeout`: seconds the compilation may take (None or 0: none); per-run
-    timeouts go to `run(timeout=...)`. Errors are `NnError` naming what is wrong."""
+    timeouts go to `run(timeout=...)`. `relaxed`: float32 may be computed in float16 (Android's
+    `relax_computation_float32_to_float16`; drivers that can, do: openvino on a CPU with float16
+    arithmetic); a built model sets it itself before `finish`. Errors are `NnError` naming what is wrong."""
     imported: ImportedModel | None = None
     if isinstance(model, (str, os.PathLike)):
-        imported = load_tflite(model)  # traced as the "import" slice
+        imported = load_tflite(model, relaxed=relaxed)  # traced as the "import" slice
         built = imported.model
     elif isinstance(model, ImportedModel):
         imported, built = model, model.model
@@ -364,6 +366,9 @@ def load(model: str | os.PathLike | Model | ImportedModel,
         built = model
     else:
         raise _bad(f"load: expects a .tflite path, an nnapi.Model or an ImportedModel, got {type(model).__name__}")
+    if relaxed and not built.to_hal().relax_computation_float32_to_float16:
+        raise _bad("load: relaxed=True needs a .tflite path, or a model that called "
+                   "relax_computation_float32_to_float16(True) before finish()")
     if isinstance(devices, (str, Device)):
         devices = [devices]
     if cache_dir is not None and token is None:

@@ -162,20 +162,22 @@ class ImportedModel:
         return self._token
 
 
-def load_tflite(path: str | os.PathLike, outputs: list[int | str] | None = None) -> ImportedModel:
+def load_tflite(path: str | os.PathLike, outputs: list[int | str] | None = None, *,
+                relaxed: bool = False) -> ImportedModel:
     """Import a `.tflite` file as a finished `nnapi.Model` (see the module docstring).
 
     `outputs` picks the model outputs among the main subgraph's tensors (indexes or names), e.g.
-    intermediate tensors to debug a model; by default they are the subgraph's outputs.
+    intermediate tensors to debug a model; by default they are the subgraph's outputs. `relaxed` lets
+    float32 be computed with float16's range and precision (`relax_computation_float32_to_float16`).
     A file that cannot be read or is not a well-formed model raises `NnError(BAD_DATA)` naming the
     tensor, operator or field at fault; operators that cannot be mapped raise
     `UnsupportedOperatorsError` (an `NnError` too).
     """
     with tracing.span("import", "import", path=os.fspath(path)):
-        return _load(path, outputs)
+        return _load(path, outputs, relaxed)
 
 
-def _load(path: str | os.PathLike, outputs: list[int | str] | None) -> "ImportedModel":
+def _load(path: str | os.PathLike, outputs: list[int | str] | None, relaxed: bool = False) -> "ImportedModel":
     flat = load_flat_model(path)
     try:
         try:
@@ -195,7 +197,7 @@ def _load(path: str | os.PathLike, outputs: list[int | str] | None) -> "Imported
                     raise NnError(ResultCode.BAD_DATA, f"{flat.path}: tensor index {o} out of range")
                 picked.append(int(o))
             main.outputs = tuple(picked)
-        return _Converter(flat, memory).run()
+        return _Converter(flat, memory, relaxed).run()
     except NnError:
         raise
     except RecursionError:
@@ -248,9 +250,10 @@ _NUMPY_OF = {T.TENSOR_FLOAT32: np.float32, T.TENSOR_FLOAT16: np.float16, T.TENSO
 class _Converter:
     """Converts every subgraph that the main one needs; collects problems across them."""
 
-    def __init__(self, flat: FlatModel, memory: Memory) -> None:
+    def __init__(self, flat: FlatModel, memory: Memory, relaxed: bool = False) -> None:
         self.flat = flat
         self.memory = memory
+        self.relaxed = relaxed
         self.problems: list[Problem] = []
         self.referenced_regions: set[tuple[int, int]] = set()
         self.copied_bytes = 0
@@ -666,6 +669,8 @@ class Graph:
             outputs.append(index)
         try:
             self.m.identify_inputs_and_outputs(inputs, outputs)
+            if self.conv.relaxed:
+                self.m.relax_computation_float32_to_float16(True)
             self.m.finish()
         except NnError as e:
             raise NnError(ResultCode.BAD_DATA, f"{name}: the imported model is not valid: "

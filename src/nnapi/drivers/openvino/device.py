@@ -4,7 +4,9 @@ the exported compiled model.
 - What it claims: `analysis` (the lowering table's verdict per operation), remembered by the base per
   model content in this process and across processes.
 - Precision: OpenVINO's CPU default is bf16 where the CPU has it, which neither NNAPI's float32 nor a
-  relaxed model's float16 allows: every compilation sets `INFERENCE_PRECISION_HINT` to f32.
+  relaxed model's float16 allows: a compilation sets `INFERENCE_PRECISION_HINT` to f32, or to f16 for a
+  relaxed model (`relax_computation_float32_to_float16`) on a CPU with native float16 arithmetic
+  (`native_float16`: AVX512-FP16, AMX-FP16); elsewhere a relaxed model runs in f32.
 - Execution preference -> performance hint: FAST_SINGLE_ANSWER -> LATENCY, SUSTAINED_SPEED ->
   THROUGHPUT, LOW_POWER -> LATENCY on one thread. Threads: `threads=` or NNAPI_OPENVINO_THREADS
   (read at each preparation; default: every CPU of this process; a small model: one), `pinning=` or
@@ -62,6 +64,22 @@ def lowering_fingerprint() -> str:
 def openvino_version() -> str:
     """OpenVINO's release ("2026.4.1"), from the package's metadata: no import of OpenVINO."""
     return importlib.metadata.version("openvino").split("-")[0]
+
+
+@functools.lru_cache(maxsize=1)
+def native_float16() -> bool:
+    """Whether this CPU computes float16 natively (AVX512-FP16 or AMX-FP16): only then does a relaxed
+    model run in f16 (never bf16, which lacks float16's precision); NNAPI_OPENVINO_RELAXED_F16=0 says no."""
+    if os.environ.get("NNAPI_OPENVINO_RELAXED_F16", "").strip() == "0":
+        return False
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                return bool(flags & {"avx512_fp16", "amx_fp16"})
+    except OSError:
+        pass
+    return False
 
 
 @functools.lru_cache(maxsize=1)
@@ -155,7 +173,8 @@ class OpenVinoDevice(DriverDevice):
             hint = "THROUGHPUT"
         elif preference == ExecutionPreference.LOW_POWER:
             threads = 1
-        return {"INFERENCE_PRECISION_HINT": "f32", "PERFORMANCE_HINT": hint,
+        relaxed = model is not None and model.relax_computation_float32_to_float16 and native_float16()
+        return {"INFERENCE_PRECISION_HINT": "f16" if relaxed else "f32", "PERFORMANCE_HINT": hint,
                 "INFERENCE_NUM_THREADS": int(threads), "ENABLE_CPU_PINNING": bool(pinning)}
 
     def estimate_compile_ns(self, model: Model) -> int:
