@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import weakref
 from typing import Callable, Sequence
 
 import numpy as np
@@ -26,6 +27,26 @@ from ...qos.background import native_call
 def region_length(pool: MappedPool, length: int) -> int:
     """A region's length; a non-BLOB hardware buffer is used whole (length 0 = its packed content)."""
     return pool.size if length == 0 and isinstance(pool, MappedImage) else length
+
+
+#: The read-only view of an array handed out last, by (id, dtype, shape, strides): the same view object
+#: for the same array, as drivers that keep a tensor set up over an input compare identity. An entry
+#: lives as long as a driver keeps its view (which keeps the memory alive); its address is checked.
+_read_only_views: "weakref.WeakValueDictionary[tuple, np.ndarray]" = weakref.WeakValueDictionary()
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    """`array` as a read-only view of the same memory (no copy): numpy refuses a driver's write to it
+    (the app's memory, which a driver must never change); the array itself when it is read-only already."""
+    if not array.flags.writeable:
+        return array
+    key = (id(array), array.dtype.str, array.shape, array.strides)
+    view = _read_only_views.get(key)
+    if view is None or view.__array_interface__["data"][0] != array.__array_interface__["data"][0]:
+        view = array.view()
+        view.flags.writeable = False
+        _read_only_views[key] = view
+    return view
 
 
 def loop_timeout(ns: int | None) -> int:
@@ -80,7 +101,8 @@ class Binding:
         return tuple(self.request.inputs[k].dimensions or operand.dimensions)
 
     def input(self, k: int) -> np.ndarray | None:
-        """Input `k` as a read-only-in-spirit zero-copy array (None when the request omits it)."""
+        """Input `k` as a read-only zero-copy array (None when the request omits it): a driver's write
+        into the app's input memory is refused by numpy, not made."""
         arg = self.request.inputs[k]
         if arg.has_no_value:
             return None
@@ -95,7 +117,7 @@ class Binding:
         if length != need:
             raise NnError(ErrorStatus.INVALID_ARGUMENT,
                           f"request input {k}: length {length} does not match {need} bytes of shape {list(dims)}")
-        return pool.array(arg.location.offset, need, dtype, dims)
+        return read_only(pool.array(arg.location.offset, need, dtype, dims))
 
     def device_input(self, k: int):
         """Input `k` as the device array a memory-domain buffer holds, or None (then use `input`)."""
