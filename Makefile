@@ -40,10 +40,13 @@ test-all: test
 	done
 
 # The fuzz tests with many more examples (minutes): random models, requests, conformance models with
-# mutated parameters, .tflite bytes, HAL model bytes, memory pools and domains.
+# mutated parameters, .tflite bytes, HAL model bytes, memory pools and domains; then random valid models
+# on every driver against the reference (3000 per driver; -rP prints the counts and operations covered).
 fuzz: $(STAMP)
 	NNAPI_FUZZ_EXAMPLES=$${NNAPI_FUZZ_EXAMPLES:-2000} $(PY) -m pytest -q -W ignore::RuntimeWarning \
 		tests/test_fuzz.py tests/test_tflite_fuzz.py tests/test_memory_fuzz.py tests/test_serialize.py
+	NNAPI_FUZZ_EXAMPLES=$${NNAPI_FUZZ_EXAMPLES:-3000} $(PY) -m pytest -q -rP -W ignore::RuntimeWarning \
+		tests/test_differential_fuzz.py
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info

@@ -15,8 +15,8 @@ import openvino.opset16 as ops
 
 from ....hal import OperationType as Op
 from ....ops import OpContext, resolve
-from ..lowering import (FLOAT_Q8, I32, NCHW, Q8AS, Q8PC, Unsupported, Value, activation, bias_values, constant,
-                        dequantized_array, dequantized_weights, lowers, reshape)
+from ..lowering import (FLOAT, FLOAT_Q8, I32, NCHW, Q8A, Q8PC, QUANT8, Unsupported, Value, activation, bias_values,
+                        constant, dequantized_array, dequantized_weights, lowers, reshape)
 
 
 def _layout(nchw: bool):
@@ -46,16 +46,25 @@ def _runtime_bias(ctx: OpContext, xs) -> ov.Output:
     return ops.multiply(ops.convert(xs[2].node, ov.Type.f32), constant(scales)).output(0)
 
 
-def _filter(ctx: OpContext, xs, *, perm, shape=None, channel_axis: int = 0) -> ov.Output:
+def _filter(ctx: OpContext, xs, *, perm, shape=None, channel_axis: int = 0, keep_float: bool = False) -> ov.Output:
     """The filter as float values in OpenVINO's layout: constant ones dequantized in the LPT weights
-    pattern, others transposed from the graph."""
+    pattern (with `keep_float`, as float constants: outside the int8 pipeline), others transposed from
+    the graph."""
     f = ctx.inputs[1]
-    if f.value is not None:
+    if f.value is not None and keep_float and f.type not in FLOAT:
+        w = constant(np.ascontiguousarray(np.transpose(dequantized_array(f), perm)))
+    elif f.value is not None:
         return dequantized_weights(f, perm=perm, shape=shape, channel_axis=channel_axis)
-    w = xs[1].laid_out(perm)
+    else:
+        w = xs[1].laid_out(perm)
     return reshape(w, shape) if shape is not None else w
 
 
+def _group_filter(ctx: OpContext, xs, perm, inputs_per_group: int, outputs_per_group: int) -> ov.Output:
+    """A group convolution's filter. OpenVINO's int8 group convolution computes garbage with one input
+    and more than one output channel per group (2026.4, CPU: signed activations, and unsigned ones with
+    some filter sizes and strides, e.g. 1x3, stride 2: tests/fuzz_corpus): such a filter stays float."""
+    return _filter(ctx, xs, perm=perm, keep_float=inputs_per_group == 1 and outputs_per_group > 1)
 
 
 @lowers(Op.CONV_2D, types=FLOAT_Q8)
@@ -79,13 +88,7 @@ def depthwise_conv2d(ctx: OpContext, xs):
     if channels * multiplier != out_channels:
         raise Unsupported("DEPTHWISE_CONV_2D: output channels are not input channels x multiplier")
     # [1, H, W, C*M] -> [C*M, 1, H, W] (per-channel scales on axis 0) -> [C, M, 1, H, W]
-    f_t = ctx.inputs[1]
-    if multiplier > 1 and ctx.inputs[0].type == Q8AS and f_t.value is not None:
-        # OpenVINO's int8 group convolution computes garbage for signed activations with more than
-        # one output per group (2026.4, CPU): this filter stays float, outside the int8 pipeline.
-        w = constant(np.ascontiguousarray(np.transpose(dequantized_array(f_t), (3, 0, 1, 2))))
-    else:
-        w = _filter(ctx, xs, perm=(3, 0, 1, 2))
+    w = _group_filter(ctx, xs, (3, 0, 1, 2), 1, multiplier)
     w = reshape(w, (channels, multiplier, 1, g.filter_h, g.filter_w))
     y = ops.group_convolution(x, w, [p.stride_h, p.stride_w], [p.pad_top, p.pad_left], [p.pad_bottom, p.pad_right],
                               [p.dilation_h, p.dilation_w]).output(0)
@@ -101,7 +104,7 @@ def grouped_conv2d(ctx: OpContext, xs):
     x = xs[0].laid_out(_layout(p.nchw))
     if o % groups:
         raise Unsupported("GROUPED_CONV_2D: output channels are not a multiple of the groups")
-    w = _filter(ctx, xs, perm=(0, 3, 1, 2))  # OIHW, per-channel scales on axis 0
+    w = _group_filter(ctx, xs, (0, 3, 1, 2), f[3], o // groups)  # OIHW, per-channel scales on axis 0
     w = reshape(w, (groups, o // groups, f[3], f[1], f[2]))
     y = ops.group_convolution(x, w, [p.stride_h, p.stride_w], [p.pad_top, p.pad_left], [p.pad_bottom, p.pad_right],
                               [p.dilation_h, p.dilation_w]).output(0)
@@ -114,7 +117,12 @@ def transpose_conv2d(ctx: OpContext, xs):
     g = resolve(ctx)
     p = g.params  # padding explicit; the bottom / right ones may be negative
     x = xs[0].laid_out(_layout(p.nchw))
-    w = _filter(ctx, xs, perm=(3, 0, 1, 2), channel_axis=1)  # -> [C, O, H, W]
+    # OpenVINO's int8 ConvolutionBackpropData is wrong for an input with zero point 0 and a filter with
+    # one (2026.4, CPU: tests/fuzz_corpus): such a filter stays float.
+    f = ctx.inputs[1]
+    zero = f.zero_point - (128 if f.type == Q8A else 0) if f.type in QUANT8 else 0
+    w = _filter(ctx, xs, perm=(3, 0, 1, 2), channel_axis=1,  # -> [C, O, H, W]
+                keep_float=ctx.inputs[0].zero_point == 0 and zero != 0)
     # The full scatter, then the output window: negative padding crops, a negative tail adds rows that
     # only get the bias (Android drops contributions outside the output).
     y = ops.convolution_backprop_data(x, w, [p.stride_h, p.stride_w], pads_begin=[0, 0], pads_end=[0, 0],

@@ -6,6 +6,8 @@ operands are real values, so quantized arithmetic is float arithmetic put back o
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from .. import import_openvino
 
@@ -14,9 +16,9 @@ import openvino as ov
 import openvino.opset16 as ops
 
 from ....hal import OperationType as Op
-from ....ops import OpContext, resolve
-from ..lowering import (B8, F16, F32, FLOAT, FLOAT_Q8, I32, Q8A, Q8AS, Q8S, Q16A, Q16S, Unsupported, Value, activation,
-                        broadcast_pair, f32, lowers, out)
+from ....ops import OpContext, Tensor, activation_range, resolve
+from ..lowering import (B8, F16, F32, FLOAT, FLOAT_Q8, I32, Q8A, Q8AS, Q8S, Q16A, Q16S, QUANT8, Unsupported, Value,
+                        activation, broadcast_pair, f32, int_range, lowers, out)
 
 QUANTIZED = (Q8A, Q8AS, Q8S, Q16A, Q16S)
 
@@ -38,7 +40,30 @@ def arithmetic(ctx: OpContext, xs):
             raise Unsupported(f"{ctx.op.name} of int32 with a fused activation")
     y = _binary(ctx, xs, _ARITH[ctx.op])
     node, perm = y.physical()
-    return [Value(activation(node, code), perm)]
+    return [Value(_fused_activation(node, code, ctx.outputs[0]), perm)]
+
+
+def _fused_activation(x, code: int, t: Tensor):
+    """The fused activation; on a quantized output Android's clamp of its integers, as a FakeQuantize
+    onto the grid points the activation keeps. A float Clamp there is moved ahead of the dequantization
+    by OpenVINO's low-precision pipeline with its bounds rounded on the input's grid instead (2026.4: a
+    MUL by a constant with RELU1 gave 1.09, 3 steps above 1.0: tests/fuzz_corpus)."""
+    if t.type not in QUANT8 or code == 0:
+        return activation(x, code)
+    scale = np.float32(t.scale)
+
+    def step(v: float | None, bound: int, pick) -> int:
+        if v is None:
+            return bound
+        r = float(np.float32(v) / scale)  # std::round(v / scale) in float, halves away from zero
+        return pick(bound, t.zero_point + int(math.copysign(math.floor(abs(r) + 0.5), r)))
+
+    (lo, hi), (qmin, qmax) = activation_range(code), int_range(t.type)
+    qlo, qhi = step(lo, qmin, max), step(hi, qmax, min)
+    rlo, rhi = (np.float32(q - t.zero_point) * scale for q in (qlo, qhi))
+    if qhi <= qlo:
+        return out(ops.broadcast(f32(rlo), ops.shape_of(x)))
+    return out(ops.fake_quantize(x, f32(rlo), f32(rhi), f32(rlo), f32(rhi), qhi - qlo + 1))
 
 
 @lowers(Op.MAXIMUM, Op.MINIMUM, types=FLOAT_Q8 + (I32,))
@@ -68,7 +93,12 @@ def _rsqrt(x):
     return ops.divide(f32(1.0), ops.sqrt(x))
 
 
-_UNARY = {Op.ABS: ops.absolute, Op.NEG: ops.negative, Op.EXP: ops.exp, Op.FLOOR: ops.floor, Op.LOG: ops.log,
+def _exp(x):
+    """exp(NaN) is NaN (OpenVINO 2026.4's CPU Exp gives +inf)."""
+    return ops.select(ops.is_nan(x), x, ops.exp(x))
+
+
+_UNARY = {Op.ABS: ops.absolute, Op.NEG: ops.negative, Op.EXP: _exp, Op.FLOOR: ops.floor, Op.LOG: ops.log,
           Op.RSQRT: _rsqrt, Op.SIN: ops.sin, Op.SQRT: ops.sqrt}
 
 
@@ -79,8 +109,10 @@ def unary(ctx: OpContext, xs):
     return [Value(out(_UNARY[ctx.op](node)), perm)]
 
 
-_COMPARE = {Op.EQUAL: ops.equal, Op.NOT_EQUAL: ops.not_equal, Op.GREATER: ops.greater,
-            Op.GREATER_EQUAL: ops.greater_equal, Op.LESS: ops.less, Op.LESS_EQUAL: ops.less_equal}
+#: a > b as b < a and a >= b as b <= a: OpenVINO 2026.4's CPU Greater / GreaterEqual are true when an
+#: operand is NaN (IEEE comparisons with NaN are false; its Less / LessEqual are).
+_COMPARE = {Op.EQUAL: ops.equal, Op.NOT_EQUAL: ops.not_equal, Op.GREATER: lambda a, b: ops.less(b, a),
+            Op.GREATER_EQUAL: lambda a, b: ops.less_equal(b, a), Op.LESS: ops.less, Op.LESS_EQUAL: ops.less_equal}
 
 
 @lowers(*_COMPARE, types=FLOAT_Q8 + (I32, B8))

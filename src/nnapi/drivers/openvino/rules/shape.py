@@ -57,8 +57,13 @@ def _pad(ctx: OpContext, xs, value: float):
         node, perm = xs[0].laid_out(NCHW), NCHW
     if perm is not None:
         pads = pads[list(perm)]
+    return [Value(_padded(node, pads, value, ctx.inputs[0].type in QUANT8), perm)]
+
+
+def _padded(node, pads: np.ndarray, value: float, quantized: bool):
+    """`node` padded by `pads` ([rank, 2], physical axes) with `value`."""
     pads = pads.copy()
-    if ctx.inputs[0].type in QUANT8:
+    if quantized:
         # OpenVINO's low-precision PadTransformation moves the dequantization after a Pad of one
         # dimension, padding the integers with 0; for a dimension of size 1 it leaves the zero point's
         # Subtract scalar, so the padding came out as (0 - zero point) * scale, not the real value.
@@ -69,10 +74,9 @@ def _pad(ctx: OpContext, xs, value: float):
             shape[axis] += int(pads[axis].sum())
             pads[axis] = 0
         if not pads.any():
-            return [Value(node, perm)]
-    y = ops.pad(node, constant(np.ascontiguousarray(pads[:, 0])), constant(np.ascontiguousarray(pads[:, 1])),
-                "constant", f32(value))
-    return [Value(out(y), perm)]
+            return node
+    return out(ops.pad(node, constant(np.ascontiguousarray(pads[:, 0])), constant(np.ascontiguousarray(pads[:, 1])),
+                       "constant", f32(value)))
 
 
 def _concat_pad(node, shape: list[int], axis: int, pad: np.ndarray, value: float):
@@ -193,8 +197,9 @@ def batch_space(ctx: OpContext, xs):
         return [Value(out(ops.batch_to_space(x, shape, zeros, zeros)), layout)]
     if pads.any():
         # An explicit Pad of real zeros: OpenVINO moves a dequantizing Subtract across SpaceToBatch,
-        # which would then pad with the raw integer 0 instead of the zero point.
-        x = out(ops.pad(x, i64([0, 0, *pads[:, 0]]), i64([0, 0, *pads[:, 1]]), "constant", f32(0.0)))
+        # which would then pad with the raw integer 0 instead of the zero point (and across a Pad of a
+        # dimension of size 1: `_padded` pads those with a Concat).
+        x = _padded(x, np.concatenate([np.zeros((2, 2), np.int64), pads]), 0.0, ctx.inputs[0].type in QUANT8)
     return [Value(out(ops.space_to_batch(x, shape, zeros, zeros)), layout)]
 
 
