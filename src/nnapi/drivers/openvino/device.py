@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..._version import __version__
-from ...hal import Capabilities, DeviceType, ErrorStatus, ExecutionPreference, Model, NnError, OperandType
+from ...hal import (Capabilities, DeviceType, ErrorStatus, ExecutionPreference, Model, NnError, OperandLifeTime,
+                   OperandType)
 from ...qos.estimate import operation_work
 from ..base import CompileJob, DriverDevice, Lru, env_flag, env_int, source_fingerprint
 from . import import_openvino
@@ -80,6 +81,29 @@ def native_float16() -> bool:
     except OSError:
         pass
     return False
+
+
+_QUANTIZED = {OperandType.TENSOR_QUANT8_ASYMM, OperandType.TENSOR_QUANT8_ASYMM_SIGNED, OperandType.TENSOR_QUANT8_SYMM,
+              OperandType.TENSOR_QUANT8_SYMM_PER_CHANNEL, OperandType.TENSOR_QUANT16_ASYMM,
+              OperandType.TENSOR_QUANT16_SYMM}
+
+
+def float16_safe(model: Model) -> bool:
+    """Whether OpenVINO's f16 inference computes what a relaxed model allows: relaxation is about float32
+    only, and f16 inference also runs quantized arithmetic in f16 (2-3 steps off) and saturates a float32
+    constant that is NaN or infinite to +-65504. Such models stay in f32."""
+    import numpy as np
+    for sub in (model.main, *model.referenced):
+        for operand in sub.operands:
+            if operand.type in _QUANTIZED:
+                return False
+            if operand.type in (OperandType.TENSOR_FLOAT32, OperandType.FLOAT32) \
+                    and operand.lifetime == OperandLifeTime.CONSTANT_COPY:
+                loc = operand.location
+                values = np.frombuffer(model.operand_values, np.float32, loc.length // 4, loc.offset)
+                if not np.all(np.isfinite(values)):
+                    return False
+    return True
 
 
 @functools.lru_cache(maxsize=1)
@@ -173,7 +197,8 @@ class OpenVinoDevice(DriverDevice):
             hint = "THROUGHPUT"
         elif preference == ExecutionPreference.LOW_POWER:
             threads = 1
-        relaxed = model is not None and model.relax_computation_float32_to_float16 and native_float16()
+        relaxed = (model is not None and model.relax_computation_float32_to_float16 and native_float16()
+                   and float16_safe(model))
         return {"INFERENCE_PRECISION_HINT": "f16" if relaxed else "f32", "PERFORMANCE_HINT": hint,
                 "INFERENCE_NUM_THREADS": int(threads), "ENABLE_CPU_PINNING": bool(pinning)}
 
