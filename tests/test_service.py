@@ -696,3 +696,38 @@ def test_a_burst_lets_go_of_an_apps_file_once_the_app_closes_its_memory(services
         memory.close()
         c.steps[0].device.driver.status()  # (what the app freed is told with its next call)
         assert not service_holds_the_file()
+
+
+def test_a_call_stuck_in_the_driver_leaves_a_thread_that_answers_others(tmp_path):
+    """The service retires idle threads, but never the last one waiting for I/O: with one call stuck
+    in the driver, an idle thread that leaves would leave nobody to read the next call."""
+    from nnapi.drivers.reference import ReferenceDevice
+    from nnapi.service.server import Service
+    release = threading.Event()
+
+    class Stuck(ReferenceDevice):
+        def prepare_model(self, *args, **kwargs):
+            release.wait(60)
+            return super().prepare_model(*args, **kwargs)
+
+    service = Service(Stuck(engine=False), str(tmp_path / "stuck.sock"), idle_retire_s=0.2)
+    service.start()
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    stuck, other = connect(service.socket_path), connect(service.socket_path)
+    caller = threading.Thread(target=lambda: stuck.prepare_model(
+        add_relu_model().to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM, None, None, None))
+    try:
+        caller.start()
+        time.sleep(1.5)  # several idle periods pass while the first call is stuck in the driver
+        assert caller.is_alive()
+        answered: list = []
+        asker = threading.Thread(target=lambda: answered.append(other.status()), daemon=True)
+        asker.start()
+        asker.join(10)
+        assert answered, "no service thread was left to read a second client's call"
+    finally:
+        release.set()
+        caller.join(30)
+        stuck.close()
+        other.close()
+        service.stop()

@@ -350,8 +350,10 @@ class Service:
 
     def __init__(self, driver: IDevice, socket_path: str, *, max_connections: int = 4096,
                  max_calls_per_client: int = 64, max_objects: int = 1 << 16, workers: int = 512,
-                 max_burst_channels: int = 256, send_timeout: float = 10.0) -> None:
+                 max_burst_channels: int = 256, send_timeout: float = 10.0, idle_retire_s: float = 30.0) -> None:
         self.driver = driver
+        #: Seconds a service thread waits with nothing to do before it leaves (one always stays waiting).
+        self.idle_retire_s = idle_retire_s
         self.socket_path = os.path.abspath(socket_path)
         self.max_connections = max_connections
         self.max_calls_per_client = max_calls_per_client
@@ -550,13 +552,13 @@ class Service:
                 finally:
                     self._polling = False
             if not events:
-                events = self._epoll.poll(30.0, 1)
+                events = self._epoll.poll(self.idle_retire_s, 1)
         finally:
             with self._lock:
                 self._waiting -= 1
-        if not events:  # idle: retire, keeping one thread
+        if not events:  # idle: retire while another thread is left waiting (not merely busy in a call)
             with self._lock:
-                if self._threads > 1 and not self._stopping.is_set():
+                if self._waiting > 0 and not self._stopping.is_set():
                     raise _Retire()
             return None
         fd, _ = events[0]
