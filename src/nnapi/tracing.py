@@ -71,7 +71,7 @@ def active() -> bool:
 def _app(app: int | None) -> int:
     if app is not None:
         return int(app)
-    from .memory.domains import current_client
+    from .hal.identity import current_client
     return current_client()[0]
 
 

@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, field
 
 from .enums import DeviceType, OperandLifeTime, OperandType, OperationType
+from .shapes import byte_size, is_fully_specified
 
 
 @dataclass(frozen=True)
@@ -40,16 +41,11 @@ class Operand:
     @property
     def is_fully_specified(self) -> bool:
         """True when the size is known: scalars always, tensors with a known rank and no 0 dimension."""
-        if self.type.is_scalar or self.type == OperandType.SUBGRAPH:
-            return True
-        return len(self.dimensions) > 0 and all(d > 0 for d in self.dimensions)
+        return is_fully_specified(self.type, self.dimensions)
 
     def byte_size(self, dimensions: tuple[int, ...] | None = None) -> int:
         """Bytes of the value for these (or the declared) dimensions; 0 when unknown."""
-        dims = self.dimensions if dimensions is None else dimensions
-        if self.type.is_scalar or self.type == OperandType.SUBGRAPH:
-            return self.type.element_size
-        return self.type.element_size * math.prod(dims) if dims else 0
+        return byte_size(self.type, self.dimensions if dimensions is None else dimensions)
 
 
 @dataclass(frozen=True)

@@ -18,47 +18,30 @@ another lock is held and never while a model runs, so nothing can deadlock. Writ
 new content and swap it in (copy-on-write), so a concurrent reader sees either the old or the
 new content, never a torn or freed one.
 
-Client identity: a driver serving several processes sets the caller with `calling_client`;
-in-process callers are (os.getuid(), os.getpid()).
+Client identity (`nnapi.hal.identity`): a driver serving several processes sets the caller with
+`calling_client`; in-process callers are (os.getuid(), os.getpid()).
 """
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import math
 import numbers
-import os
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from ..hal import (BufferDesc, BufferRole, ErrorStatus, IBuffer, MemoryHandle, NnError, Operand, OperandType,
-                   Request, SymmPerChannelQuantParams)
+                   Request, SymmPerChannelQuantParams, byte_size, combine_dims, is_fully_specified, is_int,
+                   numpy_dtype)
+# Re-exported: driver authors and the kit take the caller's identity from here too.
+from ..hal.identity import calling_client, current_client  # noqa: F401
+from .pool_checks import check_pool
 from .pools import map_handle
 
 INPUT, OUTPUT = "input", "output"
 #: Largest buffer a driver built on this toolkit allocates by default (M11: it may refuse more).
 DEFAULT_MAX_BUFFER_BYTES = 2**31
-
-_client: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("nnapi_client", default=None)
-
-
-def current_client() -> tuple[int, int]:
-    """The calling client: (uid, pid) set by `calling_client`, else this process."""
-    return _client.get() or (os.getuid(), os.getpid())
-
-
-@contextlib.contextmanager
-def calling_client(uid: int, pid: int) -> Iterator[None]:
-    """Run driver calls on behalf of client (uid, pid), as a service does for a remote caller."""
-    token = _client.set((int(uid), int(pid)))
-    try:
-        yield
-    finally:
-        _client.reset(token)
 
 
 def _invalid(message: str) -> NnError:
@@ -67,39 +50,6 @@ def _invalid(message: str) -> NnError:
 
 def _failure(message: str) -> NnError:
     return NnError(ErrorStatus.GENERAL_FAILURE, message)
-
-
-# --- dimensions -----------------------------------------------------------------------------------
-def combine_dims(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...] | None:
-    """Merge two shapes where () is an unknown rank and 0 an unknown axis; None when incompatible."""
-    a, b = tuple(a), tuple(b)
-    if not a:
-        return b
-    if not b:
-        return a
-    if len(a) != len(b):
-        return None
-    out = []
-    for x, y in zip(a, b):
-        if x and y and x != y:
-            return None
-        out.append(x or y)
-    return tuple(out)
-
-
-def is_fully_specified(operand_type: OperandType, dims: Sequence[int]) -> bool:
-    if operand_type.is_scalar:
-        return True
-    return len(dims) > 0 and all(d > 0 for d in dims)
-
-
-def byte_size(operand_type: OperandType, dims: Sequence[int]) -> int:
-    """Bytes of a value of these dimensions (scalars: the element size); 0 when unknown."""
-    if operand_type.is_scalar:
-        return operand_type.element_size
-    if not dims:
-        return 0
-    return operand_type.element_size * math.prod(dims)
 
 
 # --- allocation ------------------------------------------------------------------------------------
@@ -131,10 +81,6 @@ class Allocation:
     roles: set  # {(weakref to prepared model, INPUT | OUTPUT, io index)}
 
 
-def _is_int(v: object) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
 def validate_allocation(desc: BufferDesc, prepared_models: Sequence[object], input_roles: Sequence[BufferRole],
                         output_roles: Sequence[BufferRole], io_operands: IoOperands, *,
                         max_bytes: int = DEFAULT_MAX_BUFFER_BYTES) -> Allocation:
@@ -146,7 +92,7 @@ def validate_allocation(desc: BufferDesc, prepared_models: Sequence[object], inp
     if not isinstance(desc, BufferDesc):
         raise _invalid(f"allocate: expected a BufferDesc, got {type(desc).__name__}")
     dims = desc.dimensions
-    if not isinstance(dims, (tuple, list)) or not all(_is_int(d) and 0 <= d < 2**32 for d in dims):
+    if not isinstance(dims, (tuple, list)) or not all(is_int(d) and 0 <= d < 2**32 for d in dims):
         raise _invalid(f"allocate: desc dimensions must be 32-bit unsigned integers, got {dims!r}")
     for name, seq in (("prepared_models", prepared_models), ("input_roles", input_roles),
                       ("output_roles", output_roles)):
@@ -166,7 +112,7 @@ def validate_allocation(desc: BufferDesc, prepared_models: Sequence[object], inp
             label = f"allocate: {io} role {r}"
             if not isinstance(role, BufferRole):
                 raise _invalid(f"{label}: expected a BufferRole, got {type(role).__name__}")
-            if not _is_int(role.model_index) or not 0 <= role.model_index < len(prepared_models):
+            if not is_int(role.model_index) or not 0 <= role.model_index < len(prepared_models):
                 raise _invalid(f"{label}: model_index {role.model_index!r} out of range "
                                f"({len(prepared_models)} prepared models)")
             pm = prepared_models[role.model_index]
@@ -178,7 +124,7 @@ def validate_allocation(desc: BufferDesc, prepared_models: Sequence[object], inp
                     raise _invalid(f"{label}: prepared model {role.model_index} was not prepared by this driver")
                 io_cache[id(pm)] = ios
             operands = io_cache[id(pm)][0 if io == INPUT else 1]
-            if not _is_int(role.io_index) or not 0 <= role.io_index < len(operands):
+            if not is_int(role.io_index) or not 0 <= role.io_index < len(operands):
                 raise _invalid(f"{label}: io_index {role.io_index!r} out of range (the model has "
                                f"{len(operands)} {io}s)")
             freq = role.frequency
@@ -243,7 +189,6 @@ class ManagedBuffer:
 
     @property
     def dtype(self) -> np.dtype:
-        from ..ops import numpy_dtype
         return numpy_dtype(self.operand.type)
 
     def has_role(self, prepared_model: object, io: str, index: int) -> bool:
@@ -279,7 +224,7 @@ class ManagedBuffer:
     def target_dims(self, dims: Sequence[int]) -> tuple[int, ...]:
         """The dimensions a copy_from with `dims` gives the buffer; INVALID_ARGUMENT if they do not fit."""
         dims = tuple(dims)
-        if not all(_is_int(d) and 0 <= d < 2**32 for d in dims):
+        if not all(is_int(d) and 0 <= d < 2**32 for d in dims):
             raise _invalid(f"copy_from: dimensions must be 32-bit unsigned integers, got {dims!r}")
         if self.operand.type.is_scalar:
             if dims:
@@ -361,7 +306,7 @@ class BufferTracker:
     def get(self, token: int, client: tuple[int, int] | None = None) -> ManagedBuffer:
         """The live buffer of `token` for this client; INVALID_ARGUMENT for an unknown or foreign token."""
         with self._lock:
-            buffer = self._buffers.get(token) if _is_int(token) else None
+            buffer = self._buffers.get(token) if is_int(token) else None
         if buffer is None:
             raise _invalid(f"token {token!r} does not name a live driver-managed buffer")
         if buffer.owner != (client or current_client()):
@@ -391,7 +336,6 @@ class DriverBuffer(IBuffer):
 
     @staticmethod
     def _map(handle: MemoryHandle, what: str):
-        from ..validation.pools import check_pool
         from ..hal import MemoryPool
         if not isinstance(handle, MemoryHandle):
             raise _invalid(f"{what}: expected a MemoryHandle, got {type(handle).__name__}")

@@ -5,27 +5,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..hal import OperandType, SymmPerChannelQuantParams
-
-_DTYPES: dict[OperandType, np.dtype] = {
-    OperandType.FLOAT32: np.dtype(np.float32), OperandType.TENSOR_FLOAT32: np.dtype(np.float32),
-    OperandType.FLOAT16: np.dtype(np.float16), OperandType.TENSOR_FLOAT16: np.dtype(np.float16),
-    OperandType.INT32: np.dtype(np.int32), OperandType.TENSOR_INT32: np.dtype(np.int32),
-    OperandType.UINT32: np.dtype(np.uint32), OperandType.SUBGRAPH: np.dtype(np.uint32),
-    OperandType.BOOL: np.dtype(np.bool_), OperandType.TENSOR_BOOL8: np.dtype(np.bool_),
-    OperandType.TENSOR_QUANT8_ASYMM: np.dtype(np.uint8),
-    OperandType.TENSOR_QUANT8_ASYMM_SIGNED: np.dtype(np.int8),
-    OperandType.TENSOR_QUANT8_SYMM: np.dtype(np.int8),
-    OperandType.TENSOR_QUANT8_SYMM_PER_CHANNEL: np.dtype(np.int8),
-    OperandType.TENSOR_QUANT16_ASYMM: np.dtype(np.uint16),
-    OperandType.TENSOR_QUANT16_SYMM: np.dtype(np.int16),
-    OperandType.TENSOR_OEM_BYTE: np.dtype(np.uint8), OperandType.OEM: np.dtype(np.uint8),
-}
-
-
-def numpy_dtype(operand_type: OperandType) -> np.dtype:
-    """The numpy element type that stores values of `operand_type` (little-endian)."""
-    return _DTYPES[operand_type]
+from ..hal import OperandType, SymmPerChannelQuantParams, numpy_dtype
 
 
 @dataclass

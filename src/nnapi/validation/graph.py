@@ -6,7 +6,7 @@ from typing import Any, Sequence
 from ..hal import OperandLifeTime, Operation, OperationType, Subgraph, invalid
 from ..hal.enums import OPERATION_TYPE_FUNDAMENTAL_MAX, OPERATION_TYPE_OEM_MIN
 from .operands import as_enum
-from .pools import is_int
+from ..hal import is_int
 
 L = OperandLifeTime
 

@@ -9,7 +9,7 @@ from .control_flow import check_control_flow
 from .graph import (check_consumers, check_execution_order, check_io_lists, check_operations,
                     check_reference_cycles, operation_label)
 from .operands import as_enum, check_operand
-from .pools import check_pool
+from ..memory.pool_checks import check_pool
 from .shapes import ConstantReader, propagate_shapes
 
 

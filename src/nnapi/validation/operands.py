@@ -6,9 +6,8 @@ import math
 import numbers
 from typing import Any, Sequence, TypeVar
 
-from ..hal import (DataLocation, OperandLifeTime, OperandType, Operand, SymmPerChannelQuantParams,
-                   invalid)
-from .pools import is_int
+from ..hal import (DataLocation, OperandLifeTime, OperandType, Operand, SymmPerChannelQuantParams, byte_size,
+                   invalid, is_int, is_scalar_type)
 
 T = OperandType
 L = OperandLifeTime
@@ -39,18 +38,6 @@ def as_enum(cls: type[E], value: Any) -> E | None:
         return cls(int(value))
     except ValueError:
         return None
-
-
-def is_scalar_type(t: OperandType) -> bool:
-    """Scalars and SUBGRAPH references have rank 0."""
-    return t.is_scalar or t == T.SUBGRAPH
-
-
-def byte_size(t: OperandType, dims: Sequence[int]) -> int:
-    """Bytes of a value of type `t` and dimensions `dims` (0 when a dimension is unknown)."""
-    if is_scalar_type(t):
-        return t.element_size
-    return t.element_size * math.prod(dims) if dims else 0
 
 
 def check_operand(label: str, operand: Any, *, operand_values_size: int, pool_sizes: Sequence[int],

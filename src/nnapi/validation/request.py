@@ -6,8 +6,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..hal import DataLocation, MemoryPool, Model, NnError, Operand, OperandType, Request, RequestArgument, invalid
-from .operands import byte_size, is_scalar_type
-from .pools import check_pool, is_int
+from ..hal import byte_size, is_int, is_scalar_type
+from ..memory.pool_checks import check_pool
 
 
 def validate_request(request: Request, model: Model, *, allow_unspecified_output: bool = True) -> None:

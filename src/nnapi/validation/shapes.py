@@ -18,7 +18,7 @@ from ..hal import (ErrorStatus, Model, NnError, OperandLifeTime, OperandType, Op
 from ..memory import MappedPool, map_pool
 from ..ops import OpContext, Tensor, UnknownValue, find_operation, numpy_dtype
 from .graph import operation_label
-from .operands import is_scalar_type
+from ..hal import is_scalar_type
 
 L = OperandLifeTime
 Dims = tuple[int, ...]

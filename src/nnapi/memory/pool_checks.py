@@ -1,20 +1,15 @@
-"""Checks of memory pools, shared by model and request validation (VTS-BEHAVIOURS 2.1, 2.2 rule 6)."""
+"""Checks of memory pools, shared by model and request validation and by memory domains
+(VTS-BEHAVIOURS 2.1, 2.2 rule 6)."""
 from __future__ import annotations
 
 import mmap
-import numbers
 from typing import Any
 
-from ..hal import MemoryHandle, MemoryPool, invalid
+from ..hal import MemoryHandle, MemoryPool, invalid, is_int
 
 #: Shared-memory kinds a handle may name.
 POOL_KINDS = ("ashmem", "mmap_fd", "hardware_buffer_blob", "hardware_buffer")
 _PROT_BITS = mmap.PROT_READ | mmap.PROT_WRITE
-
-
-def is_int(value: Any) -> bool:
-    """True for integers (Python or numpy), excluding bool."""
-    return type(value) is int or (isinstance(value, numbers.Integral) and not isinstance(value, bool))
 
 
 def check_pool(pool: Any, label: str, *, request: bool) -> int:
