@@ -1,7 +1,6 @@
 """Plain-data HAL types: everything a HAL call carries, so it can cross a process boundary."""
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from .enums import DeviceType, OperandLifeTime, OperandType, OperationType

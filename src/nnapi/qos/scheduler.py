@@ -44,245 +44,25 @@ handing it to each other starved a third for 10 ms and more.
 """
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import os
 import threading
 import time
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, TypeVar
 
 from .. import tracing as trace
 from ..hal import ClientId, ErrorStatus, NnError, Priority
-from ..hal.constants import NO_DEADLINE
 from .estimate import DurationStats
+from .ticket import (DONE, QUEUED, RUNNING, AppQueue, Ticket, checkpoint, current, format_ms,  # noqa: F401
+                     normalize_deadline)
 
 T = TypeVar("T")
-
-_local = threading.local()
-
-QUEUED, RUNNING, DONE = "queued", "running", "done"
 
 #: Longest pause of running work at one checkpoint while `Scheduler.foreground` says yes, and the
 #: sleep it pauses in.
 BACKGROUND_PAUSE_NS = 2_000_000
 BACKGROUND_SLEEP_S = 0.0002
-
-
-def normalize_deadline(deadline: int | None) -> int | None:
-    """None for no deadline (None, or NO_DEADLINE and above: the largest value must not overflow)."""
-    return None if deadline is None or deadline >= NO_DEADLINE else int(deadline)
-
-
-def current() -> "Ticket | None":
-    """The ticket the calling thread is running, if any."""
-    return getattr(_local, "ticket", None)
-
-
-def checkpoint(where: str = "") -> None:
-    """A checkpoint for whatever ticket this thread runs (no-op outside scheduled work)."""
-    ticket = getattr(_local, "ticket", None)
-    if ticket is not None:
-        ticket.checkpoint(where)
-
-
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:.3f} ms"
-
-
-class _App:
-    """One client's queue and share."""
-
-    __slots__ = ("uid", "vtime", "heap", "running", "queued", "last_grant")
-
-    def __init__(self, uid: int) -> None:
-        self.uid = uid
-        self.vtime = 0            # running time used, in ns (the fair-share clock)
-        self.heap: list[tuple[int, int, Ticket]] = []   # (-priority, seq, ticket), lazily cleaned
-        self.running: list[Ticket] = []
-        self.queued = 0
-        self.last_grant = 0
-
-    def top(self) -> "Ticket | None":
-        heap = self.heap
-        while heap and heap[0][2].state != QUEUED:
-            heapq.heappop(heap)
-        return heap[0][2] if heap else None
-
-    def top_running_rank(self) -> int:
-        return max((t.rank for t in self.running), default=-1)
-
-
-class _Grant:
-    """A ticket's permission to run: a flag set and cleared under the scheduler's lock, with an event
-    made only when a thread has to wait for it (most work is granted at once, without one)."""
-
-    __slots__ = ("granted", "_event")
-
-    def __init__(self) -> None:
-        self.granted = False
-        self._event: threading.Event | None = None
-
-    def set(self) -> None:
-        self.granted = True
-        if self._event is not None:
-            self._event.set()
-
-    def clear(self) -> None:
-        self.granted = False
-        if self._event is not None:
-            self._event.clear()
-
-    def is_set(self) -> bool:
-        return self.granted
-
-    def wait(self, lock: threading.Lock, timeout: float | None) -> bool:
-        """Wait until granted (True) or `timeout` seconds pass (False); `lock` is the scheduler's."""
-        with lock:
-            if self.granted:
-                return True
-            if self._event is None:
-                self._event = threading.Event()
-            event = self._event
-        return event.wait(timeout)
-
-
-class Ticket:
-    """One admitted piece of work. Run it once with `run(fn)`; `fn` calls `checkpoint()` (or the
-    module-level `qos.checkpoint()`) between its units of work."""
-
-    def __init__(self, scheduler: "Scheduler", app: _App, uid: int, priority: Priority, rank: int, deadline: int | None,
-                 stats: DurationStats | None, lower_ns: int, label: str, seq: int, now: int) -> None:
-        self.scheduler = scheduler
-        self.app = app
-        self.uid = uid               # the client (app) it runs for
-        self.priority = priority
-        self.rank = rank             # the priority the queues order by (0 for all under FIFO)
-        self.deadline = deadline
-        self.stats = stats
-        self.lower_ns = lower_ns
-        self.label = label
-        self.seq = seq
-        self.state = QUEUED
-        self.submitted_ns = now
-        self.run_ns = 0              # time spent running (holding a slot), excluding waits
-        self.wait_ns = 0             # time spent queued (first wait plus every preemption)
-        self.preemptions = 0
-        self.preempted_at: list[str] = []
-        self._segment_start = now
-        self._queued_since = now
-        self._yield_at: int | None = None
-        self._lent = False           # its slot went to higher-priority work: yield at the next checkpoint
-        self._handoff: Ticket | None = None  # it started on this ticket's lent slot: let it pause first
-        self._borrowed: Ticket | None = None  # the ticket whose slot it runs on, until it stops
-        self._owed = False           # it runs on a slot lent by another app (see `_lend_across_apps`)
-        self._preempt: Callable[[], None] | None = None  # stops native work at once (see `preemptible`)
-        self._grant = _Grant()
-        self._ran = False
-
-    def running_ns(self) -> int:
-        """Running time so far: a clock that stops while the ticket waits (for loop timeouts)."""
-        if self.state == RUNNING:
-            return self.run_ns + self.scheduler.clock() - self._segment_start
-        return self.run_ns
-
-    def run(self, fn: Callable[[], T]) -> T:
-        """Wait for a slot, run `fn` on this thread with this ticket current, free the slot."""
-        if self._ran:
-            raise RuntimeError("a ticket runs once")
-        self._ran = True
-        scheduler = self.scheduler
-        previous = getattr(_local, "ticket", None)
-        outcome = "error"
-        try:
-            if not self._grant.is_set() and trace.active():
-                queued = trace.now_us()
-                scheduler._wait_for_grant(self)
-                trace.complete("queued", "qos", queued, trace.now_us(), device=scheduler.name, app=self.uid,
-                               label=self.label, priority=self.priority.name)
-            else:
-                scheduler._wait_for_grant(self)
-            if self._handoff is not None:
-                scheduler._await_handoff(self)
-            _local.ticket = self
-            result = fn()
-            outcome = "ok"
-            return result
-        except NnError as e:
-            if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
-                outcome = "missed"
-            raise
-        finally:
-            _local.ticket = previous
-            scheduler._finish(self, outcome)
-
-    def checkpoint(self, where: str = "") -> None:
-        """Abort once the deadline has passed; yield when the scheduler asks (then resume here); give
-        way to the host's calls (see the module doc), also once resumed."""
-        giving_way = self.scheduler.foreground is not None and not self.scheduler.fifo
-        if giving_way:
-            self._give_way()
-        deadline, yield_at = self.deadline, self._yield_at
-        if deadline is None and yield_at is None:
-            return
-        now = self.scheduler.clock()
-        if deadline is not None and now > deadline:
-            trace.instant("deadline abort", "qos", device=self.scheduler.name, app=self.uid, label=self.label,
-                          where=where)
-            raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                          f"{self.label}: deadline passed {_ms(now - deadline)} ago, aborted"
-                          + (f" before {where}" if where else ""))
-        if yield_at is not None and now >= yield_at:
-            self.scheduler._yield(self, where)
-            if giving_way:
-                self._give_way()
-
-    def _give_way(self) -> None:
-        """Sleep (releasing the interpreter lock) while the host's probe says work of this priority
-        should give way, for at most BACKGROUND_PAUSE_NS, and not once the scheduler wants this work
-        to yield its slot (the checkpoint then yields it as usual)."""
-        probe, priority = self.scheduler.foreground, self.priority
-        try:
-            if probe is None or not probe(priority):
-                return
-            end = time.monotonic_ns() + BACKGROUND_PAUSE_NS
-            while time.monotonic_ns() < end:
-                yield_at = self._yield_at
-                if yield_at is not None and self.scheduler.clock() >= yield_at:
-                    return
-                time.sleep(BACKGROUND_SLEEP_S)
-                if not probe(priority):
-                    return
-        except Exception:  # a broken probe never stops the work
-            self.scheduler.foreground = None
-
-    @contextlib.contextmanager
-    def preemptible(self, stop: Callable[[], None]) -> Iterator[None]:
-        """Around one native call that reaches no checkpoint: when the scheduler wants this work to
-        yield, `stop()` is called (from another thread) to end the call early; the caller then reaches
-        `checkpoint()`, pauses, and runs the call again from scratch when granted again (Q4: executions
-        are deterministic, so a restart gives the same result)."""
-        with self.scheduler._lock:
-            self._preempt = stop
-            flagged = self._yield_at == 0
-        try:
-            if flagged:
-                stop()
-            yield
-        finally:
-            with self.scheduler._lock:
-                self._preempt = None
-
-    @property
-    def yield_requested(self) -> bool:
-        """True when the scheduler wants this running work to pause at its next checkpoint now."""
-        return self._yield_at == 0
-
-    def cancel(self) -> None:
-        """Give the ticket up without running it (frees its place or its slot)."""
-        if not self._ran:
-            self._ran = True
-            self.scheduler._finish(self, "cancelled")
 
 
 class Scheduler:
@@ -315,13 +95,13 @@ class Scheduler:
         self.fair_lag_ns = (self.quantum_ns or 0) // 4
         self.wake_credit_ns = (self.quantum_ns or 0) // 2
         self.grace_ns = (self.quantum_ns or 0) // 20
-        self._grace_app: _App | None = None
+        self._grace_app: AppQueue | None = None
         self._grace_until = 0
         self._hold_thread: threading.Thread | None = None  # ends graces, re-evaluates holds
         self.exclusive = exclusive and not self.fifo
-        self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)  # a running ticket stopped (finished or paused)
-        self._holds_changed = threading.Condition(self._lock)
+        self.lock = threading.Lock()
+        self._changed = threading.Condition(self.lock)  # a running ticket stopped (finished or paused)
+        self._holds_changed = threading.Condition(self.lock)
         #: How long work started on a lent slot waits for the lender to pause (0: never waits; for
         #: drivers whose checkpoints are far apart, such as compiled sub-models).
         self.handoff_ns = handoff_ns
@@ -329,7 +109,7 @@ class Scheduler:
         #: None: no host sets one.
         self.foreground: Callable[[Priority], bool] | None = None
         self._free = self.workers
-        self._apps: dict[int, _App] = {}
+        self._apps: dict[int, AppQueue] = {}
         self._running: list[Ticket] = []
         self._queued = 0
         self._seq = itertools.count()
@@ -353,28 +133,28 @@ class Scheduler:
         if deadline is not None and now >= deadline:
             self._count("refused_persistent")
             raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT,
-                          f"{label}: the deadline had passed {_ms(now - deadline)} before the call")
+                          f"{label}: the deadline had passed {format_ms(now - deadline)} before the call")
         if deadline is not None and now + lower > deadline:
             self._count("refused_persistent")
             raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT,
-                          f"{label}: needs at least {_ms(lower)} even on an idle device, only "
-                          f"{_ms(deadline - now)} left before the deadline")
-        with self._lock:
+                          f"{label}: needs at least {format_ms(lower)} even on an idle device, only "
+                          f"{format_ms(deadline - now)} left before the deadline")
+        with self.lock:
             if self._queued >= self.capacity:
                 self.counters["exhausted"] += 1
                 raise NnError(ErrorStatus.RESOURCE_EXHAUSTED_TRANSIENT,
                               f"{label}: the driver's queue is full ({self.capacity} tasks waiting)")
             app = self._apps.get(key)
             if app is None:
-                app = self._apps[key] = _App(key)
+                app = self._apps[key] = AppQueue(key)
             ticket = Ticket(self, app, uid, priority, rank, deadline, stats, lower, label, next(self._seq), now)
             if deadline is not None:
                 wait = self._predicted_wait(ticket, now)
                 if now + wait + lower > deadline:
                     self.counters["refused_transient"] += 1
                     raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                                  f"{label}: the work ahead of it takes at least {_ms(wait)} and it needs "
-                                  f"{_ms(lower)}, only {_ms(deadline - now)} left before the deadline")
+                                  f"{label}: the work ahead of it takes at least {format_ms(wait)} and it needs "
+                                  f"{format_ms(lower)}, only {format_ms(deadline - now)} left before the deadline")
             self.counters["admitted"] += 1
             if not self._running and not self._queued:
                 # Nothing running or waiting: granted at once (no queue to order, no flag to change).
@@ -383,8 +163,8 @@ class Scheduler:
                 self._running.append(ticket)
                 self._free -= 1
                 ticket.state = RUNNING
-                ticket._segment_start = now
-                ticket._grant.set()
+                ticket.segment_start = now
+                ticket.grant.set()
                 return ticket
             if not app.queued and not app.running:  # it becomes active: no credit for idling, but
                 # (as a waking thread gets) a little, so short work of a light app need not queue
@@ -406,25 +186,25 @@ class Scheduler:
         app = ticket.app
         ahead = [t for _, _, t in app.heap if t.state == QUEUED and t.rank >= ticket.rank]
         blocked = self.exclusive and app.top_running_rank() > ticket.rank
-        lendable = 0 if self.fifo else sum(1 for t in app.running if t.rank < ticket.rank and not t._lent)
+        lendable = 0 if self.fifo else sum(1 for t in app.running if t.rank < ticket.rank and not t.lent)
         if self._free + lendable > len(ahead) and not blocked:
             return 0
         work = sum(t.lower_ns for t in ahead)
         for t in self._running:
             if t.app is app and t.rank < ticket.rank:
                 continue  # it will yield at its next checkpoint
-            work += max(0, t.lower_ns - (t.run_ns + now - t._segment_start))
+            work += max(0, t.lower_ns - (t.run_ns + now - t.segment_start))
         return work // self.workers
 
     # --- queues and slots (the lock is held) -----------------------------------------------------
     def _enqueue(self, ticket: Ticket) -> None:
         ticket.state = QUEUED
-        ticket._grant.clear()
+        ticket.grant.clear()
         heapq.heappush(ticket.app.heap, (-ticket.rank, ticket.seq, ticket))
         ticket.app.queued += 1
         self._queued += 1
 
-    def _eligible(self, app: _App) -> Ticket | None:
+    def _eligible(self, app: AppQueue) -> Ticket | None:
         if not app.queued:
             return None
         top = app.top()
@@ -436,7 +216,7 @@ class Scheduler:
         """Grant free slots (fair between apps), then let waiting work that outranks running work of
         its own app start at once on a slot lent by that work, which yields at its next checkpoint."""
         while self._free > 0:
-            best: tuple[int, int, _App, Ticket] | None = None
+            best: tuple[int, int, AppQueue, Ticket] | None = None
             for app in self._apps.values():
                 top = self._eligible(app)
                 if top is not None and self._holding() and self._held(app, now):
@@ -451,22 +231,22 @@ class Scheduler:
         for app in self._apps.values():
             while True:
                 top = self._eligible(app)
-                victims = [] if top is None else [t for t in app.running if t.rank < top.rank and not t._lent]
+                victims = [] if top is None else [t for t in app.running if t.rank < top.rank and not t.lent]
                 if not victims:
                     break
                 # The high-priority work need not wait for the victim's checkpoint (and for its
                 # thread to be scheduled): it runs now, and the victim gives the slot back when it
                 # pauses, so the slots in use exceed `workers` by at most one operation's time.
                 victim = min(victims, key=lambda t: (t.rank, -t.seq))
-                victim._lent = True
-                top._handoff = top._borrowed = victim
+                victim.lent = True
+                top.handoff = top.borrowed = victim
                 self._start(app, top, now)
         if self._free <= 0 and self.fair_lag_ns:
             self._lend_across_apps(now)
 
-    def _vtime(self, app: _App, now: int) -> int:
+    def _vtime(self, app: AppQueue, now: int) -> int:
         """The app's fair-share clock, its running segments included."""
-        return app.vtime + sum(now - t._segment_start for t in app.running)
+        return app.vtime + sum(now - t.segment_start for t in app.running)
 
     def _lend_across_apps(self, now: int) -> None:
         """Fair shares for short work (Q5): an app with nothing running, waiting while another app is
@@ -478,20 +258,20 @@ class Scheduler:
             if top is None:
                 continue
             limit = app.vtime + self.fair_lag_ns
-            victims = [t for t in self._running if t.app is not app and not t._lent
+            victims = [t for t in self._running if t.app is not app and not t.lent
                        and self._vtime(t.app, now) > limit]
             if not victims:
                 continue
             victim = max(victims, key=lambda t: (self._vtime(t.app, now), -t.rank, t.seq))
-            victim._lent = True
-            top._handoff = top._borrowed = victim
+            victim.lent = True
+            top.handoff = top.borrowed = victim
             self._start(app, top, now)  # (which finds it owed)
 
     def _holding(self) -> bool:
         """Whether work of an app that is behind runs (or has just run: `grace_ns`)."""
-        return self._grace_app is not None or any(t._owed for t in self._running)
+        return self._grace_app is not None or any(t.owed for t in self._running)
 
-    def _begin_grace(self, app: _App) -> None:
+    def _begin_grace(self, app: AppQueue) -> None:
         """`app`'s work on a lent slot ended: hold the apps it paused `grace_ns` longer (in real time)."""
         self._grace_app, self._grace_until = app, time.monotonic_ns() + self.grace_ns
         self._watch_holds()
@@ -507,7 +287,7 @@ class Scheduler:
         """While apps are held: end the grace when it is over, and every `fair_lag_ns` grant again what
         is no longer held (work of a light app that runs long catches up, and then stops holding
         the others: a hold never outlasts the fair share it makes up for)."""
-        with self._lock:
+        with self.lock:
             while True:
                 if not self._holding():
                     self._holds_changed.wait()
@@ -524,7 +304,7 @@ class Scheduler:
                     self._update_flags()
                 self._holds_changed.wait(wait / 1e9)
 
-    def _held(self, app: _App, now: int) -> bool:
+    def _held(self, app: AppQueue, now: int) -> bool:
         """Whether `app` pauses (and is granted nothing) for an app it is ahead of by more than the lag:
         while that app's work runs, and for `grace_ns` after, so its answer goes out before the apps
         contend again for the CPUs and the interpreter lock (as an app's own priorities pause its
@@ -533,46 +313,46 @@ class Scheduler:
         grace_app = self._grace_app
         if grace_app is not None and grace_app is not app and self._vtime(grace_app, now) < ahead:
             return True
-        return any(t._owed and t.app is not app and self._vtime(t.app, now) < ahead for t in self._running)
+        return any(t.owed and t.app is not app and self._vtime(t.app, now) < ahead for t in self._running)
 
-    def _start(self, app: _App, ticket: Ticket, now: int) -> None:
+    def _start(self, app: AppQueue, ticket: Ticket, now: int) -> None:
         """Grant `ticket` a slot (the lock is held)."""
         heapq.heappop(app.heap)
         app.queued -= 1
         self._queued -= 1
         app.last_grant = next(self._grants)
-        if self.fair_lag_ns and not ticket._owed:  # behind the apps running now: they pause for it
+        if self.fair_lag_ns and not ticket.owed:  # behind the apps running now: they pause for it
             limit = app.vtime + self.fair_lag_ns
-            ticket._owed = any(t.app is not app and self._vtime(t.app, now) > limit for t in self._running)
-            if ticket._owed:
+            ticket.owed = any(t.app is not app and self._vtime(t.app, now) > limit for t in self._running)
+            if ticket.owed:
                 self._watch_holds()
         app.running.append(ticket)
         self._running.append(ticket)
         self._free -= 1
         ticket.state = RUNNING
-        ticket.wait_ns += now - ticket._queued_since
-        ticket._segment_start = now
-        ticket._grant.set()
+        ticket.wait_ns += now - ticket.queued_since
+        ticket.segment_start = now
+        ticket.grant.set()
 
     def _stop(self, ticket: Ticket, now: int) -> None:
         """End the ticket's running segment: charge its time, free its slot (the lock is held)."""
         self._changed.notify_all()
-        spent = now - ticket._segment_start
+        spent = now - ticket.segment_start
         ticket.run_ns += spent
         ticket.app.vtime += spent
         ticket.app.running.remove(ticket)
         self._running.remove(ticket)
         self._free += 1
-        ticket._yield_at = None
-        ticket._lent = False
-        ticket._owed = False
-        lender, ticket._borrowed = ticket._borrowed, None
-        if lender is not None and lender.state == RUNNING and not self.handoff_ns and lender._preempt is None:
+        ticket.yield_at = None
+        ticket.lent = False
+        ticket.owed = False
+        lender, ticket.borrowed = ticket.borrowed, None
+        if lender is not None and lender.state == RUNNING and not self.handoff_ns and lender.preempt is None:
             # Native work that can be neither stopped nor paused soon (no hand-off wait, no `preemptible`
             # stop: an XLA sub-model): the work it lent its slot to stopped first, so the slots in use
             # are back to `workers` and it need not pause any more; flagged as lent, the next
             # higher-priority work would queue behind it until its next checkpoint.
-            lender._lent = False
+            lender.lent = False
 
     def _update_flags(self) -> None:
         """Tell each running ticket whether (and from when) to yield at its next checkpoint."""
@@ -584,47 +364,47 @@ class Scheduler:
         for t in self._running:
             app = t.app
             top = app.top() if app.queued else None
-            if t._lent or (top is not None and top.rank > t.rank) or (
+            if t.lent or (top is not None and top.rank > t.rank) or (
                     self.exclusive and app.top_running_rank() > t.rank) or (holding and self._held(app, now)):
-                if t._yield_at != 0 and t._preempt is not None:
+                if t.yield_at != 0 and t.preempt is not None:
                     try:  # native work without checkpoints: stop it now, it restarts when granted again
-                        t._preempt()
+                        t.preempt()
                     except Exception:
                         pass
-                t._yield_at = 0
+                t.yield_at = 0
             elif self.quantum_ns is not None and self._free == 0 and any(a is not app for a in waiting_apps):
-                t._yield_at = t._segment_start + self.quantum_ns
+                t.yield_at = t.segment_start + self.quantum_ns
             else:
-                t._yield_at = None
+                t.yield_at = None
 
-    def _await_handoff(self, ticket: Ticket) -> None:
+    def await_handoff(self, ticket: Ticket) -> None:
         """Work that started on a slot lent by lower-priority work of its app waits (at most
         `handoff_ns`) for that work to pause at its next checkpoint, so the two never contend for the
         CPUs and the interpreter lock while the higher-priority work runs (the waiting itself releases
         the lock, which lets the lower-priority threads reach their checkpoints at once)."""
-        lender, ticket._handoff = ticket._handoff, None
+        lender, ticket.handoff = ticket.handoff, None
         if not self.handoff_ns:
             return
         limit = time.monotonic() + self.handoff_ns / 1e9
         with self._changed:
-            while (lender.state == RUNNING and lender._lent) or (
+            while (lender.state == RUNNING and lender.lent) or (
                     lender.app is ticket.app and any(t.rank < ticket.rank for t in ticket.app.running)) or (
-                    ticket._owed and any(t._yield_at == 0 and t.app is not ticket.app for t in self._running)):
+                    ticket.owed and any(t.yield_at == 0 and t.app is not ticket.app for t in self._running)):
                 left = limit - time.monotonic()
                 if left <= 0:
                     return
                 self._changed.wait(left)
 
     # --- called by tickets ------------------------------------------------------------------------
-    def _wait_for_grant(self, ticket: Ticket) -> None:
+    def wait_for_grant(self, ticket: Ticket) -> None:
         """Block until granted; give up (MISSED_DEADLINE_TRANSIENT) once it could no longer finish."""
-        while not ticket._grant.is_set():
+        while not ticket.grant.is_set():
             # What it still needs at least: its bound less what it already ran (when preempted).
             give_up = None if ticket.deadline is None else ticket.deadline - max(0, ticket.lower_ns - ticket.run_ns)
             timeout = None if give_up is None else min(threading.TIMEOUT_MAX, max(0.0, (give_up - self.clock()) / 1e9))
-            if ticket._grant.wait(self._lock, timeout):
+            if ticket.grant.wait(self.lock, timeout):
                 return
-            with self._lock:
+            with self.lock:
                 if ticket.state == RUNNING:
                     return
                 now = self.clock()
@@ -632,40 +412,40 @@ class Scheduler:
                     ticket.state = DONE   # lazily removed from the heap
                     ticket.app.queued -= 1
                     self._queued -= 1
-                    ticket.wait_ns += now - ticket._queued_since
+                    ticket.wait_ns += now - ticket.queued_since
                     self.counters["gave_up_waiting"] += 1
                     self._update_flags()
                     raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                                  f"{ticket.label}: waited {_ms(now - ticket._queued_since)} behind other work "
+                                  f"{ticket.label}: waited {format_ms(now - ticket.queued_since)} behind other work "
                                   f"and can no longer finish by the deadline")
 
-    def _yield(self, ticket: Ticket, where: str) -> None:
-        with self._lock:
+    def yield_slot(self, ticket: Ticket, where: str) -> None:
+        with self.lock:
             now = self.clock()
-            if ticket.state != RUNNING or ticket._yield_at is None or now < ticket._yield_at:
+            if ticket.state != RUNNING or ticket.yield_at is None or now < ticket.yield_at:
                 return
             self._stop(ticket, now)
             ticket.preemptions += 1
             ticket.preempted_at.append(where)
             self.counters["preemptions"] += 1
-            ticket._queued_since = now
+            ticket.queued_since = now
             self._enqueue(ticket)
             self._dispatch(now)
             self._update_flags()
         if trace.active():
             trace.instant("preempted", "qos", device=self.name, app=ticket.uid, label=ticket.label, where=where)
             paused = trace.now_us()
-            self._wait_for_grant(ticket)
+            self.wait_for_grant(ticket)
             trace.complete("paused", "qos", paused, trace.now_us(), device=self.name, app=ticket.uid,
                            label=ticket.label)
         else:
-            self._wait_for_grant(ticket)
+            self.wait_for_grant(ticket)
 
-    def _finish(self, ticket: Ticket, outcome: str) -> None:
-        with self._lock:
+    def finish(self, ticket: Ticket, outcome: str) -> None:
+        with self.lock:
             now = self.clock()
             if ticket.state == RUNNING:
-                if ticket._owed and self.grace_ns:
+                if ticket.owed and self.grace_ns:
                     self._begin_grace(ticket.app)
                 self._stop(ticket, now)
             elif ticket.state == QUEUED:
@@ -683,13 +463,32 @@ class Scheduler:
             ticket.stats.record(ticket.run_ns)
 
     def _count(self, counter: str) -> None:
-        with self._lock:
+        with self.lock:
             self.counters[counter] += 1
 
     # --- introspection ----------------------------------------------------------------------------
+    def give_way(self, ticket: Ticket) -> None:
+        """At `ticket`'s checkpoint: sleep (releasing the interpreter lock) while the host's probe says work of this priority
+        should give way, for at most BACKGROUND_PAUSE_NS, and not once the scheduler wants the work
+        to yield its slot (the checkpoint then yields it as usual)."""
+        probe, priority = self.foreground, ticket.priority
+        try:
+            if probe is None or not probe(priority):
+                return
+            end = time.monotonic_ns() + BACKGROUND_PAUSE_NS
+            while time.monotonic_ns() < end:
+                yield_at = ticket.yield_at
+                if yield_at is not None and self.clock() >= yield_at:
+                    return
+                time.sleep(BACKGROUND_SLEEP_S)
+                if not probe(priority):
+                    return
+        except Exception:  # a broken probe never stops the work
+            self.foreground = None
+
     def snapshot(self) -> dict:
         """Slots in use, queued tasks and per-app figures (for tests, benchmarks and tools)."""
-        with self._lock:
+        with self.lock:
             return {"workers": self.workers, "running": len(self._running), "queued": self._queued,
                     "apps": {a.uid: {"vtime_ns": a.vtime, "queued": a.queued, "running": len(a.running)}
                              for a in self._apps.values()},

@@ -1,0 +1,227 @@
+"""A ticket: one admitted piece of driver work, run once on its caller's thread (see `scheduler`).
+
+It holds the work's priority, deadline and accounting, and the state the scheduler keeps for it
+(granted, lent, yielding); `checkpoint()` between units of work reaches the scheduler through it.
+The scheduler owns and changes that state, under its `lock`.
+"""
+from __future__ import annotations
+
+import contextlib
+import heapq
+import threading
+from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
+
+from .. import tracing as trace
+from ..hal import ErrorStatus, NnError, Priority
+from ..hal.constants import NO_DEADLINE
+from .estimate import DurationStats
+
+if TYPE_CHECKING:
+    from .scheduler import Scheduler
+
+T = TypeVar("T")
+
+_local = threading.local()
+
+QUEUED, RUNNING, DONE = "queued", "running", "done"
+
+
+
+def normalize_deadline(deadline: int | None) -> int | None:
+    """None for no deadline (None, or NO_DEADLINE and above: the largest value must not overflow)."""
+    return None if deadline is None or deadline >= NO_DEADLINE else int(deadline)
+
+
+def current() -> "Ticket | None":
+    """The ticket the calling thread is running, if any."""
+    return getattr(_local, "ticket", None)
+
+
+def checkpoint(where: str = "") -> None:
+    """A checkpoint for whatever ticket this thread runs (no-op outside scheduled work)."""
+    ticket = getattr(_local, "ticket", None)
+    if ticket is not None:
+        ticket.checkpoint(where)
+
+
+def format_ms(ns: float) -> str:
+    """Nanoseconds as milliseconds, for messages."""
+    return f"{ns / 1e6:.3f} ms"
+
+
+class AppQueue:
+    """One client's queue and share."""
+
+    __slots__ = ("uid", "vtime", "heap", "running", "queued", "last_grant")
+
+    def __init__(self, uid: int) -> None:
+        self.uid = uid
+        self.vtime = 0            # running time used, in ns (the fair-share clock)
+        self.heap: list[tuple[int, int, Ticket]] = []   # (-priority, seq, ticket), lazily cleaned
+        self.running: list[Ticket] = []
+        self.queued = 0
+        self.last_grant = 0
+
+    def top(self) -> "Ticket | None":
+        heap = self.heap
+        while heap and heap[0][2].state != QUEUED:
+            heapq.heappop(heap)
+        return heap[0][2] if heap else None
+
+    def top_running_rank(self) -> int:
+        return max((t.rank for t in self.running), default=-1)
+
+
+class Grant:
+    """A ticket's permission to run: a flag set and cleared under the scheduler's lock, with an event
+    made only when a thread has to wait for it (most work is granted at once, without one)."""
+
+    __slots__ = ("granted", "_event")
+
+    def __init__(self) -> None:
+        self.granted = False
+        self._event: threading.Event | None = None
+
+    def set(self) -> None:
+        self.granted = True
+        if self._event is not None:
+            self._event.set()
+
+    def clear(self) -> None:
+        self.granted = False
+        if self._event is not None:
+            self._event.clear()
+
+    def is_set(self) -> bool:
+        return self.granted
+
+    def wait(self, lock: threading.Lock, timeout: float | None) -> bool:
+        """Wait until granted (True) or `timeout` seconds pass (False); `lock` is the scheduler's."""
+        with lock:
+            if self.granted:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
+
+
+class Ticket:
+    """One admitted piece of work. Run it once with `run(fn)`; `fn` calls `checkpoint()` (or the
+    module-level `qos.checkpoint()`) between its units of work."""
+
+    def __init__(self, scheduler: "Scheduler", app: AppQueue, uid: int, priority: Priority, rank: int,
+                 deadline: int | None, stats: DurationStats | None, lower_ns: int, label: str, seq: int, now: int) -> None:
+        self.scheduler = scheduler
+        self.app = app
+        self.uid = uid               # the client (app) it runs for
+        self.priority = priority
+        self.rank = rank             # the priority the queues order by (0 for all under FIFO)
+        self.deadline = deadline
+        self.stats = stats
+        self.lower_ns = lower_ns
+        self.label = label
+        self.seq = seq
+        self.state = QUEUED
+        self.submitted_ns = now
+        self.run_ns = 0              # time spent running (holding a slot), excluding waits
+        self.wait_ns = 0             # time spent queued (first wait plus every preemption)
+        self.preemptions = 0
+        self.preempted_at: list[str] = []
+        self.segment_start = now
+        self.queued_since = now
+        self.yield_at: int | None = None
+        self.lent = False           # its slot went to higher-priority work: yield at the next checkpoint
+        self.handoff: Ticket | None = None  # it started on this ticket's lent slot: let it pause first
+        self.borrowed: Ticket | None = None  # the ticket whose slot it runs on, until it stops
+        self.owed = False           # it runs on a slot lent by another app (see `_lend_across_apps`)
+        self.preempt: Callable[[], None] | None = None  # stops native work at once (see `preemptible`)
+        self.grant = Grant()
+        self.ran = False
+
+    def running_ns(self) -> int:
+        """Running time so far: a clock that stops while the ticket waits (for loop timeouts)."""
+        if self.state == RUNNING:
+            return self.run_ns + self.scheduler.clock() - self.segment_start
+        return self.run_ns
+
+    def run(self, fn: Callable[[], T]) -> T:
+        """Wait for a slot, run `fn` on this thread with this ticket current, free the slot."""
+        if self.ran:
+            raise RuntimeError("a ticket runs once")
+        self.ran = True
+        scheduler = self.scheduler
+        previous = getattr(_local, "ticket", None)
+        outcome = "error"
+        try:
+            if not self.grant.is_set() and trace.active():
+                queued = trace.now_us()
+                scheduler.wait_for_grant(self)
+                trace.complete("queued", "qos", queued, trace.now_us(), device=scheduler.name, app=self.uid,
+                               label=self.label, priority=self.priority.name)
+            else:
+                scheduler.wait_for_grant(self)
+            if self.handoff is not None:
+                scheduler.await_handoff(self)
+            _local.ticket = self
+            result = fn()
+            outcome = "ok"
+            return result
+        except NnError as e:
+            if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
+                outcome = "missed"
+            raise
+        finally:
+            _local.ticket = previous
+            scheduler.finish(self, outcome)
+
+    def checkpoint(self, where: str = "") -> None:
+        """Abort once the deadline has passed; yield when the scheduler asks (then resume here); give
+        way to the host's calls (see the module doc), also once resumed."""
+        giving_way = self.scheduler.foreground is not None and not self.scheduler.fifo
+        if giving_way:
+            self.scheduler.give_way(self)
+        deadline, yield_at = self.deadline, self.yield_at
+        if deadline is None and yield_at is None:
+            return
+        now = self.scheduler.clock()
+        if deadline is not None and now > deadline:
+            trace.instant("deadline abort", "qos", device=self.scheduler.name, app=self.uid, label=self.label,
+                          where=where)
+            raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                          f"{self.label}: deadline passed {format_ms(now - deadline)} ago, aborted"
+                          + (f" before {where}" if where else ""))
+        if yield_at is not None and now >= yield_at:
+            self.scheduler.yield_slot(self, where)
+            if giving_way:
+                self.scheduler.give_way(self)
+
+    @contextlib.contextmanager
+    def preemptible(self, stop: Callable[[], None]) -> Iterator[None]:
+        """Around one native call that reaches no checkpoint: when the scheduler wants this work to
+        yield, `stop()` is called (from another thread) to end the call early; the caller then reaches
+        `checkpoint()`, pauses, and runs the call again from scratch when granted again (Q4: executions
+        are deterministic, so a restart gives the same result)."""
+        with self.scheduler.lock:
+            self.preempt = stop
+            flagged = self.yield_at == 0
+        try:
+            if flagged:
+                stop()
+            yield
+        finally:
+            with self.scheduler.lock:
+                self.preempt = None
+
+    @property
+    def yield_requested(self) -> bool:
+        """True when the scheduler wants this running work to pause at its next checkpoint now."""
+        return self.yield_at == 0
+
+    def cancel(self) -> None:
+        """Give the ticket up without running it (frees its place or its slot)."""
+        if not self.ran:
+            self.ran = True
+            self.scheduler.finish(self, "cancelled")
+
+
