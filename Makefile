@@ -12,7 +12,7 @@ SHARED ?= ../shared
 $(STAMP): pyproject.toml setup.py constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench,plot,fleet,ray]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench,plot,fleet,s3,ray]'
 	# bytecode now, as a wheel install writes it: an app's start does not compile our modules
 	$(PY) -m compileall -q src > /dev/null
 	touch $(STAMP)

@@ -77,6 +77,8 @@ class S3Store:
         except ImportError:
             raise StoreError(f"{url}: an s3:// store needs boto3 (pip install boto3)") from None
         parsed = urllib.parse.urlparse(url)
+        if not parsed.netloc:
+            raise StoreError(f"{url}: the URL names no bucket (s3://BUCKET/PREFIX)")
         self.url = url
         self._bucket, self._prefix = parsed.netloc, parsed.path.lstrip("/")
         config = botocore.config.Config(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 0})
