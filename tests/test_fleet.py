@@ -281,11 +281,16 @@ def test_nnapi_fleet_keygen_ls_verify_prune(tmp_path, published, keys):
     assert stat.S_IMODE(os.stat(key).st_mode) == 0o600
     (line,) = open(f"{key}.pub").read().splitlines()
     assert line.startswith("ed25519 ") and load_trust(f"{key}.pub")
+    check_fleet_ls_verify_prune(published, keys, tmp_path)
+
+
+def check_fleet_ls_verify_prune(published, keys, tmp_path) -> None:
+    """`nnapi fleet ls`, `verify` (rc 1 once a blob is changed) and `prune` against the published store."""
     env = dict(os.environ, NNAPI_FLEET=published.url, NNAPI_FLEET_TRUST=str(tmp_path / "host.key.pub"))
 
     def fleet(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "nnapi.cli", "fleet", *args], capture_output=True, text=True,
-                              env=env, timeout=60)
+                              env=env, timeout=120)
 
     listed = fleet("ls")
     assert listed.returncode == 0 and "reference" in listed.stdout and "1 entries" in listed.stdout, listed.stdout

@@ -6,7 +6,6 @@ prunes it."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,7 +17,8 @@ from nnapi.caching.fleet import PREFIX, Fleet
 from nnapi.caching.fleet_store import S3Store, StoreError, open_store
 from nnapi.drivers.reference import ReferenceDevice
 
-from test_fleet import EXPECTED, TOKEN, _driver, _free_port, _prepare, _published, _silent_server, _tamper, keys  # noqa: F401
+from test_fleet import (EXPECTED, TOKEN, _driver, _free_port, _prepare, _published, _silent_server, _tamper,
+                        check_fleet_ls_verify_prune, keys)  # noqa: F401 (keys: a fixture)
 
 BUCKET = "nnapi-fleet"
 
@@ -138,21 +138,7 @@ def test_an_s3_store_that_refuses_writes_never_fails_a_preparation(tmp_path, key
 
 
 def test_nnapi_fleet_ls_verify_prune_on_s3(tmp_path, published, keys):  # noqa: F811
-    env = dict(os.environ, NNAPI_FLEET=published.url, NNAPI_FLEET_TRUST=str(tmp_path / "host.key.pub"))
-
-    def fleet(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "nnapi.cli", "fleet", *args], capture_output=True, text=True,
-                              env=env, timeout=120)
-
-    listed = fleet("ls")
-    assert listed.returncode == 0 and "reference" in listed.stdout and "1 entries" in listed.stdout, listed.stdout
-    assert fleet("verify").returncode == 0
-    _tamper("blob bit-flipped", published, keys, ReferenceDevice())
-    checked = fleet("verify")
-    assert checked.returncode == 1 and "refused: blob" in checked.stdout, checked.stdout
-    pruned = fleet("prune")
-    assert pruned.returncode == 0 and "dropped 1 entries" in pruned.stdout, pruned.stdout
-    assert "0 entries" in fleet("ls").stdout
+    check_fleet_ls_verify_prune(published, keys, tmp_path)
 
 
 def test_an_s3_url_without_a_bucket_is_refused_by_name():
