@@ -59,6 +59,18 @@ def test_one_uids_record_never_vouches_for_another_uids_files(tmp_path):
     _close(files)
 
 
+def test_cache_files_with_no_record_are_refused_before_they_are_read(tmp_path):
+    """Nothing recorded for the token: the files are not read or hashed (a 5 GiB sparse model file, over the
+    size limit, is refused for having no record, not for its size)."""
+    registry = IntegrityRegistry("reference", "1.0", tmp_path / "integrity.sqlite3")
+    files = _handles(tmp_path / "c")
+    os.ftruncate(files.model_cache[0], 5 << 30)
+    with pytest.raises(NnError) as refused:
+        load_artifacts(files, TOKEN, registry, (1, 1))
+    assert refused.value.message.startswith("no integrity record for this token"), refused.value.message
+    _close(files)
+
+
 def _nnapi(env: dict, *args: str) -> dict | None:
     out = subprocess.run([sys.executable, "-m", "nnapi.cli", *args], capture_output=True, text=True, env=env,
                          timeout=300)

@@ -171,6 +171,9 @@ class Verified(NamedTuple):
     digest: bytes
 
 
+_NO_RECORD = "no integrity record for this token: the cache was not written by this driver version for this app"
+
+
 def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegistry, counts: tuple[int, int],
                    data_held: Callable[[bytes], bool] | None = None, uid: int | None = None,
                    deadline_ns: int | None = None) -> Verified:
@@ -187,8 +190,10 @@ def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
     fds = (*handles.model_cache, *handles.data_cache)
     try:
         with locked(fds, exclusive=False, deadline_ns=deadline_ns):  # the files and the record as one writer left them
-            model_files = [read_file(fd, MAX_FILE_BYTES) for fd in handles.model_cache]
             expected = registry.lookup(token, uid)
+            if not expected and not registry.any_dropped(token, uid):  # (nothing to compare: read nothing)
+                raise _fail(_NO_RECORD)
+            model_files = [read_file(fd, MAX_FILE_BYTES) for fd in handles.model_cache]
             _check_lengths(model_files, None, len(handles.data_cache))
             digest = _model_digest(model_files)
             if digest not in expected:
@@ -196,8 +201,7 @@ def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
                     raise _fail(f"{NOT_RECORDED}: the registry no longer holds this cache's digest (dropped as "
                                 "the least recently used)")
                 if not expected:
-                    raise _fail("no integrity record for this token: the cache was not written by this driver "
-                                "version for this app")
+                    raise _fail(_NO_RECORD)
                 raise _fail("model cache failed its integrity check (changed since this driver wrote it)")
             held = data_held is not None and data_held(digest)
             data_files = None if held else [read_file(fd, MAX_FILE_BYTES) for fd in handles.data_cache]

@@ -136,6 +136,11 @@ class IntegrityRegistry:
                                     "token = ? AND digest = ?", (*self._key(token, uid), bytes(digest))
                                     ).fetchone() is not None
 
+    def any_dropped(self, token: bytes, uid: int | None = None) -> bool:
+        """Whether any digest recorded for app `uid`'s `token` was dropped since."""
+        return self._conn().execute("SELECT 1 FROM dropped WHERE driver = ? AND version = ? AND uid = ? AND "
+                                    "token = ? LIMIT 1", self._key(token, uid)).fetchone() is not None
+
     def touch(self, token: bytes, digest: bytes, uid: int | None = None) -> None:
         """Mark a digest used now (a hit), so it is the last to be dropped."""
         try:
