@@ -26,12 +26,22 @@ from typing import Any, Iterable, Sequence
 
 import msgpack
 
-from ..hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, DataLocation, DeviceInfo, DeviceType,
-                   ErrorStatus, MemoryHandle, MemoryPool, Model, NnError, OperandPerformance, OperandType,
-                   OutputShape, PerformanceInfo, Request, RequestArgument, Timing, invalid)
+from ..hal import (CacheHandles, DataLocation, ErrorStatus, MemoryHandle, MemoryPool, Model, NnError, Request,
+                   RequestArgument, invalid)
 from ..hal.serialize import model_from_bytes, model_to_bytes
 from ..memory import FileCopy, max_tensor_bytes, read_region, stable_handle
+from .values import (I64_MIN, MAX_ITEMS, MAX_RANK, U64_MAX, check_bool, check_bytes, check_float, check_int,
+                     check_list, check_opt_int, check_str, decode_capabilities, decode_desc, decode_info,
+                     decode_role, decode_shapes, decode_timing, encode_capabilities, encode_desc, encode_info,
+                     encode_role, encode_shapes, encode_timing, plain)
 from .wire import close_fds
+
+__all__ = ["BAD_FD", "CALL", "Decoder", "ERROR", "EVENT", "EXT_BAD_FD", "EXT_FD", "Encoder", "FdRef",
+           "INLINE_MODEL_BYTES", "MAX_ITEMS", "MAX_MODEL_BYTES", "MAX_RANK", "PROTOCOL_VERSION", "REPLY",
+           "check_bool", "check_bytes", "check_float", "check_int", "check_list", "check_opt_int", "check_str",
+           "decode_capabilities", "decode_desc", "decode_error", "decode_info", "decode_role", "decode_shapes",
+           "decode_timing", "encode_capabilities", "encode_desc", "encode_info", "encode_role", "encode_shapes",
+           "encode_timing", "error_message", "fd_open", "pack", "plain", "read_call", "unpack", "write_back"]
 
 #: The protocol version both sides must speak (the first call of a connection is `hello`).
 PROTOCOL_VERSION = 1
@@ -40,12 +50,7 @@ EXT_FD, EXT_BAD_FD = 1, 2
 _U32 = struct.Struct("<I")
 #: Serialized models larger than this travel in a sealed memfd rather than in the frame.
 INLINE_MODEL_BYTES = 64 << 10
-#: Bounds on decoded collections (far above anything valid; they only cap memory).
-MAX_ITEMS = 1 << 16
-MAX_RANK = 1 << 10
 MAX_MODEL_BYTES = 1 << 34
-_U64_MAX = 2**64 - 1
-_I64_MIN = -2**63
 
 
 class FdRef:
@@ -63,16 +68,8 @@ class FdRef:
 BAD_FD = FdRef(-1)
 
 
-def _plain(value: Any) -> Any:
-    """numpy integers as Python ints (msgpack knows only the latter); anything else unchanged."""
-    if type(value) is int or value is None:
-        return value
-    if isinstance(value, numbers.Integral) and not isinstance(value, (bool, int)):
-        return int(value)
-    return value
-
-
-def _fd_open(fd: Any) -> bool:
+def fd_open(fd: Any) -> bool:
+    """Whether `fd` is a descriptor open in this process."""
     if isinstance(fd, bool) or not isinstance(fd, numbers.Integral) or fd < 0:
         return False
     try:
@@ -92,7 +89,7 @@ class Encoder:
         self.owned: list[int] = []
 
     def fd(self, fd: Any) -> msgpack.ExtType:
-        if not _fd_open(fd):
+        if not fd_open(fd):
             return msgpack.ExtType(EXT_BAD_FD, b"")
         self.fds.append(int(fd))
         return msgpack.ExtType(EXT_FD, _U32.pack(len(self.fds) - 1))
@@ -103,12 +100,12 @@ class Encoder:
 
     # --- HAL values ----------------------------------------------------------------------------
     def handle(self, h: MemoryHandle) -> list:
-        return [h.name, [self.fd(fd) for fd in h.fds], [_plain(i) for i in h.ints], _plain(h.size)]
+        return [h.name, [self.fd(fd) for fd in h.fds], [plain(i) for i in h.ints], plain(h.size)]
 
     def pool(self, p: MemoryPool) -> list:
         if p.pointer is not None:
             raise invalid("a pointer pool cannot cross a process boundary (stage it in shared memory)")
-        return [None if p.handle is None else self.handle(p.handle), _plain(p.token)]
+        return [None if p.handle is None else self.handle(p.handle), plain(p.token)]
 
     def request(self, r: Request) -> list:
         return [[self.argument(a) for a in r.inputs], [self.argument(a) for a in r.outputs],
@@ -117,8 +114,8 @@ class Encoder:
     @staticmethod
     def argument(a: RequestArgument) -> list:
         loc = a.location
-        return [a.has_no_value, _plain(loc.pool_index), _plain(loc.offset), _plain(loc.length),
-                [d if type(d) is int else _plain(d) for d in a.dimensions]]
+        return [a.has_no_value, plain(loc.pool_index), plain(loc.offset), plain(loc.length),
+                [d if type(d) is int else plain(d) for d in a.dimensions]]
 
     def model(self, m: Model) -> list:
         blob = model_to_bytes(dataclasses.replace(m, pools=[]))
@@ -138,31 +135,6 @@ class Encoder:
         if c is None:
             return None
         return [[self.fd(fd) for fd in c.model_cache], [self.fd(fd) for fd in c.data_cache]]
-
-
-def encode_shapes(shapes: Sequence[OutputShape] | None) -> list | None:
-    if shapes is None:
-        return None
-    return [[[int(d) for d in s.dimensions], bool(s.is_sufficient)] for s in shapes]
-
-
-def encode_timing(t: Timing) -> list:
-    return [int(t.time_on_device), int(t.time_in_driver)]
-
-
-def _perf(p: PerformanceInfo) -> list:
-    return [float(p.exec_time), float(p.power_usage)]
-
-
-def encode_capabilities(c: Capabilities) -> list:
-    return [_perf(c.relaxed_float32_to_float16_performance_scalar),
-            _perf(c.relaxed_float32_to_float16_performance_tensor),
-            [[int(o.type), *_perf(o.info)] for o in c.operand_performance],
-            _perf(c.if_performance), _perf(c.while_performance)]
-
-
-def encode_info(info: DeviceInfo) -> list:
-    return [info.name, info.version, int(info.type), int(info.feature_level)]
 
 
 def pack(message: list) -> bytes:
@@ -198,7 +170,16 @@ def unpack(body: bytes, n_fds: int) -> Any:
     return message
 
 
-def _plain_argument(v: Any) -> RequestArgument | None:
+def read_call(body: bytes, n_fds: int) -> tuple[int, Any, Any, Any]:
+    """(request id, method, target, args) of a call frame; INVALID_ARGUMENT naming what is wrong."""
+    message = unpack(body, n_fds)
+    if type(message) is not list or len(message) != 5 or message[0] != CALL:
+        raise invalid("a call must be [0, request id, method, target, args]")
+    _, rid, method, target, args = message
+    return check_int(rid, "request id", 0, 2**63 - 1), method, target, args
+
+
+def _well_formed_argument(v: Any) -> RequestArgument | None:
     """A well-formed request argument read at once (None: let `Decoder.argument` check it field by
     field and say what is wrong): one execution's arguments are read on every call."""
     if type(v) is not list or len(v) != 5:
@@ -208,55 +189,9 @@ def _plain_argument(v: Any) -> RequestArgument | None:
             or type(dims) is not list or len(dims) > MAX_RANK):
         return None
     for x in (pool, offset, length, *dims):
-        if type(x) is not int or not _I64_MIN <= x <= _U64_MAX:
+        if type(x) is not int or not I64_MIN <= x <= U64_MAX:
             return None
     return RequestArgument(no_value, DataLocation(pool, offset, length), tuple(dims))
-
-
-def check_int(v: Any, what: str, lo: int = _I64_MIN, hi: int = _U64_MAX) -> int:
-    if type(v) is not int:
-        raise invalid(f"{what}: expected an integer, got {type(v).__name__}")
-    if not lo <= v <= hi:
-        raise invalid(f"{what}: {v} is out of range [{lo}, {hi}]")
-    return v
-
-
-def check_opt_int(v: Any, what: str, lo: int = _I64_MIN, hi: int = _U64_MAX) -> int | None:
-    return None if v is None else check_int(v, what, lo, hi)
-
-
-def check_list(v: Any, what: str, max_len: int = MAX_ITEMS, length: int | None = None) -> list:
-    if type(v) is not list:
-        raise invalid(f"{what}: expected a list, got {type(v).__name__}")
-    if length is not None and len(v) != length:
-        raise invalid(f"{what}: expected {length} items, got {len(v)}")
-    if len(v) > max_len:
-        raise invalid(f"{what}: {len(v)} items (at most {max_len})")
-    return v
-
-
-def check_str(v: Any, what: str) -> str:
-    if type(v) is not str:
-        raise invalid(f"{what}: expected a string, got {type(v).__name__}")
-    return v
-
-
-def check_bool(v: Any, what: str) -> bool:
-    if type(v) is not bool:
-        raise invalid(f"{what}: expected a boolean, got {type(v).__name__}")
-    return v
-
-
-def check_float(v: Any, what: str) -> float:
-    if type(v) not in (float, int):
-        raise invalid(f"{what}: expected a number, got {type(v).__name__}")
-    return float(v)
-
-
-def check_bytes(v: Any, what: str) -> bytes:
-    if type(v) is not bytes:
-        raise invalid(f"{what}: expected bytes, got {type(v).__name__}")
-    return v
 
 
 class Decoder:
@@ -342,9 +277,9 @@ class Decoder:
 
     def request(self, v: Any, what: str = "request") -> Request:
         inputs, outputs, pools = check_list(v, what, length=3)
-        return Request([_plain_argument(a) or self.argument(a, f"{what} input {k}")
+        return Request([_well_formed_argument(a) or self.argument(a, f"{what} input {k}")
                         for k, a in enumerate(check_list(inputs, f"{what} inputs"))],
-                       [_plain_argument(a) or self.argument(a, f"{what} output {k}")
+                       [_well_formed_argument(a) or self.argument(a, f"{what} output {k}")
                         for k, a in enumerate(check_list(outputs, f"{what} outputs"))],
                        [self.pool(p, f"{what} pool {k}") for k, p in enumerate(check_list(pools, f"{what} pools"))])
 
@@ -378,73 +313,6 @@ def _read_memfd(fd: int, length: int, what: str) -> bytearray:
         raise NnError(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT, f"{what}: a serialized model of {length} "
                                                                  f"bytes is over the {max_tensor_bytes()} allowed")
     return read_region(fd, length, f"{what} memfd")
-
-
-def decode_shapes(v: Any, what: str = "output shapes") -> list[OutputShape] | None:
-    if v is None:
-        return None
-    shapes = []
-    for k, s in enumerate(check_list(v, what)):
-        dims, ok = check_list(s, f"{what} {k}", length=2)
-        shapes.append(OutputShape(tuple(check_int(d, f"{what} {k} dimension", 0)
-                                        for d in check_list(dims, f"{what} {k}", MAX_RANK)),
-                                  check_bool(ok, f"{what} {k} is_sufficient")))
-    return shapes
-
-
-def decode_timing(v: Any, what: str = "timing") -> Timing:
-    on_device, in_driver = check_list(v, what, length=2)
-    return Timing(check_int(on_device, f"{what} on device", 0), check_int(in_driver, f"{what} in driver", 0))
-
-
-def _decode_perf(v: Any, what: str) -> PerformanceInfo:
-    exec_time, power = check_list(v, what, length=2)
-    return PerformanceInfo(check_float(exec_time, what), check_float(power, what))
-
-
-def decode_capabilities(v: Any) -> Capabilities:
-    scalar, tensor, operands, if_perf, while_perf = check_list(v, "capabilities", length=5)
-    entries = []
-    for k, entry in enumerate(check_list(operands, "capabilities operand performance")):
-        code, exec_time, power = check_list(entry, f"operand performance {k}", length=3)
-        try:
-            operand_type = OperandType(check_int(code, f"operand performance {k} type"))
-        except ValueError:
-            raise invalid(f"operand performance {k}: unknown operand type {code}") from None
-        entries.append(OperandPerformance(operand_type, PerformanceInfo(check_float(exec_time, "exec_time"),
-                                                                         check_float(power, "power_usage"))))
-    return Capabilities(_decode_perf(scalar, "relaxed scalar performance"),
-                        _decode_perf(tensor, "relaxed tensor performance"), tuple(entries),
-                        _decode_perf(if_perf, "if performance"), _decode_perf(while_perf, "while performance"))
-
-
-def decode_info(v: Any) -> DeviceInfo:
-    name, version, kind, level = check_list(v, "device info", length=4)
-    try:
-        device_type = DeviceType(check_int(kind, "device type"))
-    except ValueError:
-        raise invalid(f"device info: unknown device type {kind}") from None
-    return DeviceInfo(check_str(name, "device name"), check_str(version, "device version"), device_type,
-                      check_int(level, "feature level"))
-
-
-def encode_desc(desc: BufferDesc) -> list:
-    return [[_plain(d) for d in desc.dimensions]]
-
-
-def decode_desc(v: Any) -> BufferDesc:
-    (dims,) = check_list(v, "buffer desc", length=1)
-    return BufferDesc(tuple(check_int(d, "buffer desc dimension") for d in check_list(dims, "buffer desc", MAX_RANK)))
-
-
-def encode_role(role: BufferRole) -> list:
-    return [_plain(role.model_index), _plain(role.io_index), _plain(role.frequency)]
-
-
-def decode_role(v: Any, what: str) -> BufferRole:
-    model_index, io_index, frequency = check_list(v, what, length=3)
-    return BufferRole(check_int(model_index, f"{what} model index"), check_int(io_index, f"{what} io index"),
-                      check_float(frequency, f"{what} frequency"))
 
 
 def error_message(rid: int, error: NnError) -> list:

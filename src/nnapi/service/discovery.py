@@ -4,13 +4,19 @@ Only a socket that nobody but root or the app itself could have put there is a s
 the socket and every folder above it belong to root or to the app's uid, its folder is writable by
 no one else, and a folder above it only with the sticky bit (as /tmp). Anyone else's socket may be a
 fake service, which would receive the app's cache files opened read-write: it is skipped, with a
-warning.
+warning. Also here: connecting to a service (`connect_trusted`) and listening as one (`bind`).
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
+import socket
 import stat
+import time
+
+from ..hal import ErrorStatus, NnError
+from .peer import peer_credentials
 
 log = logging.getLogger("nnapi.service")
 
@@ -94,3 +100,78 @@ def socket_key(path: str) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino, st.st_ctime_ns
+
+
+def is_socket(path: str) -> bool:
+    try:
+        return stat.S_ISSOCK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def unavailable(message: str) -> NnError:
+    """DEVICE_UNAVAILABLE (Android's DEAD_OBJECT): no service, or no longer one."""
+    return NnError(ErrorStatus.DEVICE_UNAVAILABLE, message)
+
+
+def connect_trusted(path: str, timeout: float) -> socket.socket:
+    """A socket connected to the service at `path`, which only root or this app could have put there and
+    whose process runs as root or as this app's uid (SO_PEERCRED); DEVICE_UNAVAILABLE naming the path
+    and why otherwise (a fake service would get the app's cache files opened read-write)."""
+    reason = untrusted(path)
+    if reason is not None:
+        warn_untrusted(path, reason)
+        raise unavailable(f"not connecting to the service socket {path}: {reason}")
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            try:
+                sock.connect(path)
+                break
+            except BlockingIOError:  # its backlog is full (a flood of connections): try again until the timeout
+                if time.monotonic() >= deadline:
+                    raise TimeoutError("its queue of connections stayed full") from None
+                time.sleep(0.005)
+        uid, mine = peer_credentials(sock).uid, os.geteuid()
+    except OSError as e:
+        sock.close()
+        raise unavailable(f"cannot connect to the service at {path}: {e.strerror or e}") from None
+    if uid not in (0, mine):
+        sock.close()
+        reason = f"its process runs as uid {uid}, not as root or as this app's uid {mine}"
+        warn_untrusted(path, reason)
+        raise unavailable(f"not using the service at {path}: {reason}")
+    sock.settimeout(None)
+    return sock
+
+
+def bind(path: str) -> socket.socket:
+    """Listen on `path`, replacing a stale socket a dead service left (never a live one, never a file)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        st = None
+    if st is not None:
+        if not stat.S_ISSOCK(st.st_mode):
+            raise OSError(errno.EEXIST, f"{path} exists and is not a socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+            raise OSError(errno.EADDRINUSE, f"a service already listens on {path}")
+        except (ConnectionRefusedError, FileNotFoundError):
+            os.unlink(path)  # stale: its service is gone
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+        os.chmod(path, 0o666)  # any app may connect; who it is comes from SO_PEERCRED
+        sock.listen(socket.SOMAXCONN)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
