@@ -13,7 +13,8 @@ the sender did not have open (a negative or closed one): the receiver sees -1, s
 reports the bad handle itself. Requests carry pools as [handle|nil, token|nil], handles as
 [kind, [fds], [ints], size]; a model is its `hal.serialize` bytes without pools (inline, or in a
 sealed memfd when large) plus its pools. Decoding checks every type and bound and raises only
-`NnError(INVALID_ARGUMENT)` naming the field at fault.
+`NnError(INVALID_ARGUMENT)` naming the field at fault. The HAL's plain values and the checks are in
+`values` (and importable from here); which call carries what is declared in `protocol`.
 """
 from __future__ import annotations
 

@@ -16,16 +16,13 @@ from typing import Any, Callable, Sequence
 
 from ..hal import ErrorStatus, ExecutionPreference, MeasureTiming, Priority, Request, Timing, invalid
 from .codec import Decoder, Encoder
-from .values import (MAX_RANK, check_bytes, check_int, check_list, check_opt_int, check_str, decode_desc, decode_role,
-                     decode_shapes, decode_timing, encode_desc, encode_role, encode_shapes, encode_timing, plain)
+from .values import (MAX_RANK, check_bytes, check_int, check_list, check_opt_int, check_str, decode_desc,
+                     decode_role, decode_shapes, decode_timing, encode_desc, encode_role, encode_shapes, encode_timing,
+                     plain)
 
 #: The kinds of objects a connection owns (a call's target; None: the device, or the service itself).
 PREPARED, BUFFER, BURST, FENCED = "prepared model", "buffer", "burst", "fenced execution callback"
 OBJECT_KINDS = (PREPARED, BUFFER, BURST, FENCED)
-
-#: Field kinds whose values carry file descriptors.
-FD_KINDS = frozenset({"model", "cache", "required_cache", "request", "slotted_request", "late_request", "handle",
-                      "fd", "fds"})
 
 
 @dataclass(frozen=True)
@@ -40,9 +37,13 @@ class Field:
     enum: type | None = None
     optional: bool = False
 
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"field {self.name}: unknown kind {self.kind!r}")
+
     @property
     def fds(self) -> bool:
-        return self.kind in FD_KINDS
+        return KINDS[self.kind].fds
 
 
 @dataclass(frozen=True)
@@ -110,33 +111,18 @@ class Method:
 
 
 # --- fields ----------------------------------------------------------------------------------------------
-def encode_field(kind: str, enc: Encoder, v: Any) -> Any:
-    """One argument as it crosses (numpy integers as Python ints, HAL values as `codec` lists)."""
-    if kind in ("int", "opt_int"):
-        return plain(v)
-    if kind == "bytes":
-        return bytes(v)
-    if kind == "opt_bytes":
-        return None if v is None else bytes(v)
-    if kind == "model":
-        return enc.model(v)
-    if kind in ("cache", "required_cache"):
-        return enc.cache(v)
-    if kind in ("request", "slotted_request", "late_request"):
-        return enc.request(v)
-    if kind == "handle":
-        return enc.handle(v)
-    if kind == "fd":
-        return enc.fd(v)
-    if kind == "fds":
-        return [enc.fd(f) for f in v]
-    if kind == "dims":
-        return [plain(d) for d in v] if isinstance(v, (list, tuple)) else v
-    if kind == "desc":
-        return encode_desc(v)
-    if kind == "roles":
-        return [encode_role(r) for r in v]
-    return v  # any, objects, slots, files: sent as they are, checked by the server
+Place = Callable[[Request], Request] | None
+
+
+@dataclass(frozen=True)
+class Kind:
+    """How a kind of field crosses: `encode(enc, value)` on the client (numpy integers as Python ints,
+    HAL values as `codec` lists, descriptors to `enc`), `decode(field, dec, value, place)` on the
+    server (checked; INVALID_ARGUMENT naming `field.what`), and whether it carries descriptors."""
+
+    encode: Callable[[Encoder, Any], Any]
+    decode: Callable[[Field, Decoder, Any, Place], Any]
+    fds: bool = False
 
 
 def _enum(cls: type, value: int) -> Any:
@@ -147,47 +133,84 @@ def _enum(cls: type, value: int) -> Any:
         return value
 
 
-def decode_field(f: Field, dec: Decoder, v: Any, place: Callable[[Request], Request] | None = None) -> Any:
+def _decode_int(f: Field, dec: Decoder, v: Any, place: Place) -> Any:
+    value = check_int(v, f.what)
+    return value if f.enum is None else _enum(f.enum, value)
+
+
+def _decode_required_cache(f: Field, dec: Decoder, v: Any, place: Place) -> Any:
+    handles = dec.cache(v)
+    if handles is None:
+        raise invalid(f"{f.what} are required")
+    return handles
+
+
+def _decode_request(f: Field, dec: Decoder, v: Any, place: Place) -> Request:
+    request = dec.request(v, f.what)
+    return request if place is None else place(request)
+
+
+def _decode_fds(f: Field, dec: Decoder, v: Any, place: Place) -> list[int]:
+    return [dec.fd(x, f"{f.what} {k}") for k, x in enumerate(check_list(v, f.what, 1024))]
+
+
+def _same(v: Any) -> Any:
+    return v
+
+
+def _sent(enc: Encoder, v: Any) -> Any:
+    return v
+
+
+def _as_sent(f: Field, dec: Decoder, v: Any, place: Place) -> Any:
+    return v
+
+
+def _a_list(f: Field, dec: Decoder, v: Any, place: Place) -> list:
+    return check_list(v, f.what)
+
+
+_REQUEST = lambda enc, v: enc.request(v)  # noqa: E731
+_CACHE = lambda enc, v: enc.cache(v)  # noqa: E731
+#: Every kind of field, by name.
+KINDS: dict[str, Kind] = {
+    "int": Kind(lambda enc, v: plain(v), _decode_int),
+    "opt_int": Kind(lambda enc, v: plain(v), lambda f, dec, v, place: check_opt_int(v, f.what)),
+    "bytes": Kind(lambda enc, v: bytes(v), lambda f, dec, v, place: check_bytes(v, f.what)),
+    "opt_bytes": Kind(lambda enc, v: None if v is None else bytes(v),
+                      lambda f, dec, v, place: None if v is None else check_bytes(v, f.what)),
+    "model": Kind(lambda enc, v: enc.model(v), lambda f, dec, v, place: dec.model(v, f.what), True),
+    "cache": Kind(_CACHE, lambda f, dec, v, place: dec.cache(v), True),
+    "required_cache": Kind(_CACHE, _decode_required_cache, True),
+    # a request whose pools the server maps in place, one it keeps as sent (bursts keep them by slot),
+    # and one read by its handler only once its fences are signalled
+    "request": Kind(_REQUEST, _decode_request, True),
+    "slotted_request": Kind(_REQUEST, lambda f, dec, v, place: dec.request(v, f.what), True),
+    "late_request": Kind(_REQUEST, _as_sent, True),
+    "handle": Kind(lambda enc, v: enc.handle(v), lambda f, dec, v, place: dec.handle(v, f.what), True),
+    "fd": Kind(lambda enc, v: enc.fd(v), lambda f, dec, v, place: dec.fd(v, f.what), True),
+    "fds": Kind(lambda enc, v: [enc.fd(x) for x in v], _decode_fds, True),
+    "dims": Kind(lambda enc, v: [plain(d) for d in v] if isinstance(v, (list, tuple)) else v,
+                 lambda f, dec, v, place: [check_int(d, f.what) for d in check_list(v, f"{f.what}s", MAX_RANK)]),
+    "desc": Kind(lambda enc, v: encode_desc(v), lambda f, dec, v, place: decode_desc(v)),
+    "roles": Kind(lambda enc, v: [encode_role(r) for r in v],
+                  lambda f, dec, v, place: [decode_role(r, f"{f.what} {k}")
+                                            for k, r in enumerate(check_list(v, f"{f.what}s"))]),
+    "objects": Kind(_sent, _a_list),  # object ids (the handler looks each up)
+    "slots": Kind(_sent, _a_list),    # a burst's pool slots (its handler reads them)
+    "files": Kind(_sent, _a_list),    # [st_dev, st_ino] of files (its handler reads them)
+    "any": Kind(_sent, _as_sent),
+}
+
+
+def encode_field(kind: str, enc: Encoder, v: Any) -> Any:
+    """One argument as it crosses."""
+    return KINDS[kind].encode(enc, v)
+
+
+def decode_field(f: Field, dec: Decoder, v: Any, place: Place = None) -> Any:
     """One argument checked and decoded (INVALID_ARGUMENT naming `f.what` when malformed)."""
-    kind, what = f.kind, f.what
-    if kind == "int":
-        value = check_int(v, what)
-        return value if f.enum is None else _enum(f.enum, value)
-    if kind == "opt_int":
-        return check_opt_int(v, what)
-    if kind == "bytes":
-        return check_bytes(v, what)
-    if kind == "opt_bytes":
-        return None if v is None else check_bytes(v, what)
-    if kind == "model":
-        return dec.model(v, what)
-    if kind == "cache":
-        return dec.cache(v)
-    if kind == "required_cache":
-        handles = dec.cache(v)
-        if handles is None:
-            raise invalid(f"{what} are required")
-        return handles
-    if kind == "request":
-        request = dec.request(v, what)
-        return request if place is None else place(request)
-    if kind == "slotted_request":
-        return dec.request(v, what)
-    if kind == "handle":
-        return dec.handle(v, what)
-    if kind == "fd":
-        return dec.fd(v, what)
-    if kind == "fds":
-        return [dec.fd(x, f"{what} {k}") for k, x in enumerate(check_list(v, what, 1024))]
-    if kind == "dims":
-        return [check_int(d, what) for d in check_list(v, f"{what}s", MAX_RANK)]
-    if kind == "desc":
-        return decode_desc(v)
-    if kind == "roles":
-        return [decode_role(r, f"{what} {k}") for k, r in enumerate(check_list(v, f"{what}s"))]
-    if kind in ("objects", "slots", "files"):
-        return check_list(v, what)
-    return v  # any, late_request (read by its handler once its fences are signalled)
+    return KINDS[f.kind].decode(f, dec, v, place)
 
 
 # --- results ---------------------------------------------------------------------------------------------
@@ -248,10 +271,6 @@ def _decode_fenced(v: Any) -> tuple[bool, Any, Any]:
     """(whether a sync fence came, the callback's object id, the completion's info or None)."""
     fence, oid, info = check_list(v, "execute_fenced result", length=3)
     return fence is not None, oid, None if info is None else decode_info(info)
-
-
-def _same(v: Any) -> Any:
-    return v
 
 
 #: result kind -> (the server's encoding, the client's decoding)
