@@ -3,8 +3,10 @@
 - `nnapi serve --driver NAME` (`cli`) hosts a driver in its own process on a Unix socket (`server`);
 - apps find services in `NNAPI_SERVICE_DIR` (`discovery`; the runtime's `devices()` does it) and
   reach them through client proxies of the HAL interfaces (`client`);
-- the wire (`wire`, `codec`): length-prefixed frames, msgpack messages, descriptors by SCM_RIGHTS,
-  a version handshake; the caller's identity comes from SO_PEERCRED (`peer`).
+- the wire (`wire`, `codec`, `values`): length-prefixed frames, msgpack messages, descriptors by
+  SCM_RIGHTS, a version handshake; the caller's identity comes from SO_PEERCRED (`peer`);
+- every call is declared once in `protocol`, from which the client's encoding and the server's checks
+  both follow (as AIDL generates both ends of a HAL).
 """
 from .client import Connection, ServiceBuffer, ServiceBurst, ServiceDevice, ServicePreparedModel, connect
 from .codec import PROTOCOL_VERSION

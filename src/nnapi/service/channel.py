@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..hal import ClientId, ErrorStatus, MemoryPool, NnError, Request, invalid
 from ..memory import FileCopy
-from ..memory.domains import calling_client
+from ..hal.identity import calling_client
 from . import codec
 from .codec import REPLY, Decoder, Encoder, check_int, check_list, read_call
 from .handlers import Call

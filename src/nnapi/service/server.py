@@ -15,7 +15,7 @@ wait with the one waiting thread (`fences`) until their fences are signalled. A 
 goes takes its queued calls (they never start) and its waiting ones with it.
 
 The caller is who the kernel says it is (SO_PEERCRED): every driver call runs under
-`memory.domains.calling_client(uid, pid)` and with `client=ClientId(uid)` (QoS queues, memory-domain
+`hal.identity.calling_client(uid, pid)` and with `client=ClientId(uid)` (QoS queues, memory-domain
 token ownership); nothing in a message can change that. Each connection owns the objects it created
 (prepared models, buffers, bursts, fenced callbacks) and the descriptors they keep; they are freed
 when it releases them or disconnects.
@@ -37,7 +37,7 @@ import os
 from typing import Any, Callable
 
 from ..hal import ErrorStatus, IDevice, NnError, invalid
-from ..memory.domains import calling_client
+from ..hal.identity import calling_client
 from ..qos import Scheduler
 from .budget import Budget, Task
 from .channel import Channels
