@@ -3,7 +3,8 @@ from .burst import Burst
 from .cache_files import CacheOutcome
 from .compilation import Compilation
 from .devices import Device, devices, find_device, register_device
-from .execution import Event, Execution
+from .events import Event
+from .execution import Execution
 from .memory import Memory
 from .memory_desc import MemoryDesc
 from .model import Model

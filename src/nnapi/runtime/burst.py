@@ -11,22 +11,26 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import TYPE_CHECKING, Sequence
+from typing import Protocol, Sequence
 
 from ..hal import IBurst, MeasureTiming, MemoryPool, NnError, OutputShape, Request, ResultCode, Timing
 from ..memory import on_forget
+from .partitioner import Step
+from .plan import ExecutionPlan
 
-if TYPE_CHECKING:
-    from .compilation import Compilation
-    from .execution import Execution
+
+class BurstUser(Protocol):
+    """What runs through a burst: an `Execution` (`Execution.burst_compute`)."""
+
+    def burst_compute(self, burst: "Burst", timeout: float | None = None) -> None: ...
 
 
 class Burst:
-    """A burst of executions of one finished compilation (see the module doc)."""
+    """A burst of executions of one finished compilation (see the module doc); the step executor
+    (`runtime.plan.StepExecutor`) of the executions that run through it."""
 
-    def __init__(self, compilation: "Compilation") -> None:
-        from .compilation import Compilation
-        if not isinstance(compilation, Compilation) or not compilation.finished:
+    def __init__(self, compilation: object) -> None:
+        if not isinstance(getattr(compilation, "plan", None), ExecutionPlan):
             raise NnError(ResultCode.BAD_STATE, "Burst: the compilation must be finished")
         self.compilation = compilation
         self._bursts: dict[int, IBurst] = {}
@@ -35,10 +39,9 @@ class Burst:
         self._lock = threading.Lock()
         self._busy = threading.Lock()
         self._closed = False
-        self._plan = None
         on_forget(self._forget_memory)
 
-    def compute(self, execution: "Execution", timeout: float | None = None) -> None:
+    def compute(self, execution: BurstUser, timeout: float | None = None) -> None:
         """Run `execution` synchronously through this burst (`Execution.burst_compute`)."""
         execution.burst_compute(self, timeout)
 
@@ -52,18 +55,13 @@ class Burst:
     def release(self) -> None:
         self._busy.release()
 
-    def plan(self):
-        """The compilation's plan with each step executing through its driver burst (made once)."""
-        if self._plan is None:
-            from .execution import plan_through
-            self._plan = plan_through(self.compilation, self.executor)
-        return self._plan
+    def execute(self, index: int, step: Step, request: Request, measure: MeasureTiming, deadline: int | None,
+                loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]:
+        """Step `index` of the plan through its driver burst, the request's pools under this burst's tokens."""
+        return self._burst(index, step).execute_synchronously(request, self.tokens(request.pools), measure,
+                                                              deadline, loop_timeout_ns)
 
-    def executor(self, index: int, step) -> "_BurstStep":
-        """What step `index` of the plan executes through: its driver burst with this burst's tokens."""
-        return _BurstStep(self, index, step)
-
-    def _burst(self, index: int, step) -> IBurst:
+    def _burst(self, index: int, step: Step) -> IBurst:
         with self._lock:
             burst = self._bursts.get(index)
             if burst is None:
@@ -143,18 +141,3 @@ def _quietly(fn, *args) -> None:
         fn(*args)
     except Exception:  # releasing never fails an execution (a dead service has forgotten it anyway)
         pass
-
-
-class _BurstStep:
-    """Stands for a step's prepared model while an execution runs through a burst."""
-
-    def __init__(self, burst: Burst, index: int, step) -> None:
-        self._burst = burst
-        self._index = index
-        self._step = step
-
-    def execute_synchronously(self, request: Request, measure: MeasureTiming, deadline: int | None,
-                              loop_timeout_ns: int | None) -> tuple[list[OutputShape], Timing]:
-        burst = self._burst._burst(self._index, self._step)
-        return burst.execute_synchronously(request, self._burst.tokens(request.pools), measure, deadline,
-                                           loop_timeout_ns)

@@ -140,7 +140,7 @@ def engine_directory(driver: str, devices: Sequence[Device] | None = None) -> st
     for d in (all_devices() if devices is None else devices):
         if d.name == driver:
             engine = getattr(d.driver, "engine", None)
-            root = getattr(engine, "_root", None)
+            root = getattr(engine, "root", None)  # (a CachingEngine's own folder)
             if root is not None:
                 return str(root)
             from ..caching import state_dir
@@ -158,6 +158,8 @@ class _Source:
         self.kind, self.path = kind, path
         self.driver, self.version, self.installed = driver, version, installed
         self._engine = None
+        #: The engine's verdict per entry name, asked once (`_verify_engine`).
+        self.checks: dict | None = None
 
     @property
     def engine(self):
@@ -355,10 +357,9 @@ def _verify_engine(source: _Source, entry: dict) -> tuple[bool, str | None, str 
     if source.installed is not None and source.version != source.installed:
         return False, None, (f"written by {source.driver} {source.version}; the installed driver is "
                              f"{source.installed} and never reads it")
-    checks = getattr(source, "_checks", None)
-    if checks is None:
-        checks = source._checks = source.engine.verify()
-    reason = checks.get(entry["name"], "no longer in the engine's index")
+    if source.checks is None:
+        source.checks = source.engine.verify()
+    reason = source.checks.get(entry["name"], "no longer in the engine's index")
     return reason is None, source.driver if reason is None else None, reason
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -12,44 +12,23 @@ from .. import hal, tracing as trace
 from . import latency
 from ..caching import remembered_fingerprints
 from ..caching.artifacts import MISSES
-from ..hal import (BYTE_SIZE_OF_CACHE_TOKEN, NO_DEADLINE, ErrorStatus, ExecutionPreference, NnError, Priority,
-                   ResultCode)
+from ..hal import BYTE_SIZE_OF_CACHE_TOKEN, ErrorStatus, ExecutionPreference, NnError, Priority, ResultCode
+from .burst import Burst
 from .cache_files import (CacheOutcome, cache_paths, close_cache_files, content_fingerprint, device_token,
                           mark_used, open_cache_files, open_cached, untrusted_folder)
+from .deadlines import deadline_after, timeout_ns
 from .devices import Device, devices as all_devices, find_device, guest_call
+from .execution import Execution
 from .model import Model
 from .partitioner import Step, partition
+from .plan import ExecutionPlan
 
 log = logging.getLogger("nnapi.runtime")
-
-if TYPE_CHECKING:
-    from .burst import Burst
 
 _NDK_PRIORITY = {90: Priority.LOW, 100: Priority.MEDIUM, 110: Priority.HIGH}
 
 
 _MISSED = (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT)
-
-
-def timeout_ns(seconds: float | None, what: str) -> int | None:
-    """A timeout in seconds as nanoseconds; None for none (None, 0 or infinity). BAD_DATA when negative
-    or not a number."""
-    if seconds is None:
-        return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not seconds >= 0:
-        raise NnError(ResultCode.BAD_DATA, f"{what}: invalid timeout {seconds!r} (seconds, >= 0)")
-    if seconds == 0 or seconds >= NO_DEADLINE / 1e9:  # none, or beyond any clock: none (never overflows)
-        return None
-    return int(seconds * 1e9)
-
-
-def deadline_after(ns: int | None) -> int | None:
-    """The absolute deadline `ns` from now on the monotonic clock; None when there is no timeout or the
-    sum would reach the largest value (clamped, as Android's makeDeadline does, so it cannot overflow)."""
-    if ns is None:
-        return None
-    deadline = time.monotonic_ns() + ns
-    return None if deadline >= NO_DEADLINE else deadline
 
 
 def _cache_directory(cache_dir: str | os.PathLike) -> str:
@@ -102,8 +81,8 @@ class Compilation:
                 raise NnError(ResultCode.BAD_DATA, "Compilation: devices must be a non-empty list without duplicates")
         self._finished = False
         self._untrusted: str | None = None  # why the cache folder is not used (set at finish)
-        self.steps: list[Step] = []
-        self.cache_outcomes: list[CacheOutcome] = []
+        #: How executions run it: made at `finish` (None before).
+        self.plan: ExecutionPlan | None = None
         self.prepare_time_s: float | None = None
         self.set_preference(preference)
         self.set_priority(priority)
@@ -147,6 +126,21 @@ class Compilation:
     def finished(self) -> bool:
         return self._finished
 
+    @property
+    def steps(self) -> list[Step]:
+        """The plan's steps, each a partition on its device with its prepared model ([] before `finish`)."""
+        return [] if self.plan is None else self.plan.steps
+
+    @property
+    def cache_outcomes(self) -> list[CacheOutcome]:
+        """What the cache did for each step (hit, miss, rejected, disabled, fleet) and why."""
+        return [step.cache for step in self.steps]
+
+    @property
+    def explicit_devices(self) -> bool:
+        """Whether the app chose the devices (then nothing falls back to another device)."""
+        return self._explicit
+
     def finish(self) -> "Compilation":
         self._check_open("finish")
         start = time.perf_counter()
@@ -157,28 +151,27 @@ class Compilation:
             log.warning("%s", self._untrusted)
         try:
             with remembered_fingerprints():  # the model's content, hashed once for every device
-                self.steps, tried = self._single_device_hit(hal_model, deadline)
-                if self.steps is None:
+                steps, tried = self._single_device_hit(hal_model, deadline)
+                if steps is None:
                     with trace.span("partition", "compile", devices=",".join(d.name for d in self._devices)) as args:
                         measured = (latency.measured(content_fingerprint(hal_model), self._devices)
                                     if len(self._devices) > 1 else None)
-                        self.steps = partition(self._devices, hal_model, self.preference, measured)
-                        args["steps"] = len(self.steps)
-                    for step in self.steps:  # (the cache is tried once: a single step is the one tried)
-                        self._prepare(step, deadline, compound=len(self.steps) > 1,
-                                      tried=tried if len(self.steps) == 1 else None)
+                        steps = partition(self._devices, hal_model, self.preference, measured)
+                        args["steps"] = len(steps)
+                    for step in steps:  # (the cache is tried once: a single step is the one tried)
+                        self._prepare(step, deadline, compound=len(steps) > 1,
+                                      tried=tried if len(steps) == 1 else None)
         except NnError as e:  # a missed deadline never falls back: another device would miss it too
             reference = next((d for d in all_devices() if d.name == "reference"), None)
             fallback = (not self._explicit and e.code not in (ResultCode.BAD_DATA, ResultCode.UNEXPECTED_NULL)
                         and reference is not None and e.status.name.startswith(("GENERAL", "DEVICE")))
             if not fallback:
                 raise
-            self.steps = [Step.whole(reference, hal_model)]
-            self.cache_outcomes = []
-            self._prepare(self.steps[0], deadline, compound=False)
-        self.cache_outcomes = [s.cache for s in self.steps]
-        if len(self.steps) == 1:  # (what later placements of this model go by: `latency`)
-            self.steps[0].observer = latency.Observer(lambda: content_fingerprint(hal_model), self.steps[0].device)
+            steps = [Step.whole(reference, hal_model)]
+            self._prepare(steps[0], deadline, compound=False)
+        if len(steps) == 1:  # (what later placements of this model go by: `latency`)
+            steps[0].observer = latency.Observer(lambda: content_fingerprint(hal_model), steps[0].device)
+        self.plan = ExecutionPlan(hal_model.main, steps)
         self.prepare_time_s = time.perf_counter() - start
         self._finished = True
         return self
@@ -275,12 +268,15 @@ class Compilation:
     # --- convenience ----------------------------------------------------------------------------
     def execute(self, inputs: Sequence[np.ndarray | None], timeout: float | None = None) -> list[np.ndarray]:
         """Run once on numpy inputs and return the outputs (sized from the model, grown if needed)."""
-        from .execution import Execution, execute_direct
-        outputs = execute_direct(self, inputs, timeout)
-        return outputs if outputs is not None else Execution(self).run(inputs, timeout=timeout)
+        plan = self.plan
+        if plan is not None:  # (unfinished: Execution says so)
+            deadline = deadline_after(timeout_ns(timeout, "Execution.set_timeout")) if timeout else None
+            outputs = plan.execute_arrays(inputs, deadline)
+            if outputs is not None:
+                return outputs
+        return Execution(self).run(inputs, timeout=timeout)
 
     def create_burst(self) -> "Burst":
         """A burst for consecutive executions of this compilation (ANeuralNetworksBurst_create): run them
         with `Execution.burst_compute(burst)` or `burst.compute(execution)`."""
-        from .burst import Burst
         return Burst(self)

@@ -10,14 +10,14 @@ Kinds (Android's RuntimeMemory family, AOSP-DESIGN 4.1):
 - memory from a `MemoryDesc` (`Memory.from_desc`): a driver-managed buffer (token) or, when no
   single device allocates it, a BLOB hardware buffer / ashmem fallback. Either way it may be
   used only in the declared roles, with offset = length = 0, and it tracks its dimensions and
-  whether it is initialized (`runtime.memory_desc.DeviceMemoryValidator`).
+  whether it is initialized (its `validator`, a `device_memory.DeviceMemoryValidator`).
 
 `Memory.copy(src, dst)` moves the content between any two of them (ANeuralNetworksMemory_copy).
 """
 from __future__ import annotations
 
 import mmap
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
@@ -25,28 +25,42 @@ from ..hal import IBuffer, MemoryHandle, MemoryPool, NnError, ResultCode
 from ..memory import (HardwareBuffer, MappedPool, allocate_ashmem, close_handle, decode_hardware_buffer,
                       dup_handle, is_sealed, map_handle, mmap_fd_handle, seal_handle)
 from ..memory.hardware_buffer import IMAGE_KIND
-
-if TYPE_CHECKING:
-    from .memory_desc import DeviceMemoryValidator, MemoryDesc
+from .device_memory import DeviceMemoryValidator
 
 #: Memory kinds a driver's IBuffer copies to and from directly (M9).
 _COPYABLE = ("ashmem", "mmap_fd", "hardware_buffer_blob")
 
 
+class MemorySource(Protocol):
+    """What `Memory.from_desc` takes: a finished `MemoryDesc` (`runtime.memory_desc`), which makes the memory."""
+
+    def create_memory(self) -> "Memory": ...
+
+
 class Memory:
     """A region of memory, referenced in place by models (constants) and executions (I/O)."""
 
-    def __init__(self, handle: MemoryHandle | None = None) -> None:
+    def __init__(self, handle: MemoryHandle | None = None, *, validator: DeviceMemoryValidator | None = None,
+                 buffer: IBuffer | None = None, token: int | None = None, device: object = None) -> None:
+        """Memory over `handle` (shared memory), or a driver-managed `buffer` known to drivers by `token`,
+        allocated by `device`; `validator` for memory from a MemoryDesc (its roles, dimensions, state)."""
+        if (buffer is None) != (token is None) or (buffer is not None and handle is not None):
+            raise NnError(ResultCode.BAD_DATA, "Memory: either a handle or a driver buffer with its token")
         self.handle = handle
         self._closed = False
         self._mapped: MappedPool | None = None
-        self._buffer: IBuffer | None = None          # a driver-managed buffer (from_desc on a device)
-        self._token: int | None = None
-        self._device = None                          # the Device that allocated `_buffer`
-        self._validator: DeviceMemoryValidator | None = None  # set for memories from a MemoryDesc
+        self._buffer = buffer                        # a driver-managed buffer (from_desc on a device)
+        self._token = token
+        self._device = device                        # the Device that allocated `_buffer`
+        self._validator = validator                  # set for memories from a MemoryDesc
         self._image = None                           # HardwareBufferDesc of a non-BLOB buffer
         if handle is not None and handle.name == IMAGE_KIND:
             self._image = decode_hardware_buffer(handle)
+
+    @classmethod
+    def on_device(cls, buffer: IBuffer, token: int, device: object, validator: DeviceMemoryValidator) -> "Memory":
+        """Device memory: driver `buffer`, `token` in requests, allocated by `device` for a MemoryDesc's roles."""
+        return cls(buffer=buffer, token=token, device=device, validator=validator)
 
     # --- creation -------------------------------------------------------------------------------
     @classmethod
@@ -85,10 +99,14 @@ class Memory:
         return cls(dup_handle(buffer.handle))
 
     @classmethod
-    def from_desc(cls, desc: "MemoryDesc") -> "Memory":
+    def from_desc(cls, desc: MemorySource) -> "Memory":
         """Memory for the roles of a finished `MemoryDesc` (see `runtime.memory_desc`)."""
-        from .memory_desc import create_from_desc
-        return create_from_desc(desc)
+        if desc is None:
+            raise NnError(ResultCode.UNEXPECTED_NULL, "Memory.from_desc: desc is None")
+        create = getattr(desc, "create_memory", None)
+        if not callable(create):
+            raise NnError(ResultCode.BAD_DATA, f"Memory.from_desc: expected a MemoryDesc, got {type(desc).__name__}")
+        return create()
 
     @staticmethod
     def copy(src: "Memory", dst: "Memory") -> None:
@@ -132,6 +150,11 @@ class Memory:
     @property
     def from_memory_desc(self) -> bool:
         return self._validator is not None
+
+    @property
+    def validator(self) -> DeviceMemoryValidator | None:
+        """The roles, dimensions and initialized flag of memory from a MemoryDesc; None for other memory."""
+        return self._validator
 
     @property
     def size(self) -> int:

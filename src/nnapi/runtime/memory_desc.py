@@ -17,21 +17,21 @@ Rules (VTS-BEHAVIOURS 3.4, 3.5):
   feature level >= 30) or ashmem of the operand's size, unless a role comes from a compilation
   with an explicit device list or the size is unknown: then OP_FAILED;
 - the memory is usable only in its roles, with offset = length = 0, and tracks its dimensions
-  and initialized flag (`DeviceMemoryValidator`): an uninitialized input fails with OP_FAILED.
+  and initialized flag (`device_memory.DeviceMemoryValidator`): an uninitialized input fails with OP_FAILED.
 """
 from __future__ import annotations
 
 import numbers
-import threading
 from typing import Sequence
 
 import numpy as np
 
 from .. import hal
 from ..hal import BufferDesc, BufferRole, IBuffer, NnError, ResultCode
-from ..memory import HardwareBuffer, allocate_ashmem
+from ..memory import HardwareBuffer, allocate_ashmem, dup_handle
 from ..memory.domains import BufferOperand, byte_size, combine_dims, is_fully_specified
 from .compilation import Compilation
+from .device_memory import DeviceMemoryValidator
 from .memory import Memory
 
 INPUT, OUTPUT = "input", "output"
@@ -43,70 +43,6 @@ def _bad(message: str) -> NnError:
 
 def _is_int(v: object) -> bool:
     return isinstance(v, numbers.Integral) and not isinstance(v, bool)
-
-
-class DeviceMemoryValidator:
-    """Roles, operand metadata, dimensions and the initialized flag of memory from a MemoryDesc."""
-
-    def __init__(self, roles: set, operand: BufferOperand, dims: tuple[int, ...]) -> None:
-        self.roles = roles                       # {(compilation, INPUT | OUTPUT, index)}
-        self.operand = operand
-        self.initial_dims = dims
-        self.updated_dims = dims
-        self.initialized = False
-        self._lock = threading.Lock()
-
-    def has_role(self, compilation: object, io: str, index: int) -> bool:
-        return (id(compilation), io, index) in self.roles
-
-    def compatible(self, dims: Sequence[int]) -> bool:
-        return combine_dims(tuple(dims), self.initial_dims) is not None
-
-    def check_input(self, dims: Sequence[int]) -> str | None:
-        """Why this memory cannot be an input of these dimensions now (None when it can)."""
-        with self._lock:
-            if not self.initialized:
-                return "the memory is not initialized"
-            if dims and tuple(dims) != tuple(self.updated_dims):
-                return f"dimensions {list(dims)} differ from the memory's {list(self.updated_dims)}"
-        return None
-
-    def metadata(self) -> tuple[int, tuple[int, ...], BufferOperand]:
-        with self._lock:
-            dims = self.updated_dims
-        size = byte_size(self.operand.type, dims) if is_fully_specified(self.operand.type, dims) else 0
-        return size, dims, self.operand
-
-    def update_metadata(self, metadata: tuple[int, tuple[int, ...], object]) -> None:
-        """Accept another memory's content (Memory.copy): same operand, compatible dimensions and size."""
-        size, dims, operand = metadata
-        if operand is not None and operand != self.operand:
-            raise _bad(f"Memory.copy: the source holds {operand.type.name} (scale {operand.scale}, zero point "
-                       f"{operand.zero_point}), the destination {self.operand.type.name} (scale "
-                       f"{self.operand.scale}, zero point {self.operand.zero_point})")
-        if dims and self.operand.type.is_scalar:
-            raise _bad(f"Memory.copy: a scalar memory cannot take dimensions {list(dims)}")
-        combined = combine_dims(dims, self.initial_dims)
-        if combined is None:
-            raise _bad(f"Memory.copy: the source dimensions {list(dims)} are incompatible with the "
-                       f"destination's {list(self.initial_dims)}")
-        own = byte_size(self.operand.type, combined) if is_fully_specified(self.operand.type, combined) else 0
-        if size and size != own:
-            raise _bad(f"Memory.copy: the source holds {size} bytes, the destination of {list(combined)} "
-                       f"{'has an unknown size' if not own else f'needs {own}'}")
-        with self._lock:
-            self.updated_dims = combined
-
-    def set_initialized(self, value: bool) -> None:
-        with self._lock:
-            self.initialized = value
-
-    def written(self, dims: Sequence[int] | None) -> None:
-        """A successful execution wrote this memory as an output of `dims`."""
-        with self._lock:
-            if dims is not None and (dims or self.operand.type.is_scalar):
-                self.updated_dims = tuple(dims)
-            self.initialized = True
 
 
 class MemoryDesc:
@@ -213,7 +149,7 @@ class MemoryDesc:
                 devices.append(device)
         self._step_roles = step_roles
         self._devices = devices
-        explicit = any(getattr(c, "_explicit", False) for c, *_ in self._roles)
+        explicit = any(c.explicit_devices for c, *_ in self._roles)
         self._fallback_allowed = not explicit and is_fully_specified(self._metadata.type, self._dims)
         self._finished = True
         return self
@@ -227,9 +163,24 @@ class MemoryDesc:
 
     def _validator(self) -> DeviceMemoryValidator:
         roles = {(id(c), io, index) for c, io, index, _ in self._roles}
-        validator = DeviceMemoryValidator(roles, self._metadata, self._dims)
-        validator.compilations = [c for c, *_ in self._roles]  # kept alive as long as the memory
-        return validator
+        return DeviceMemoryValidator(roles, self._metadata, self._dims, [c for c, *_ in self._roles])
+
+    def create_memory(self) -> Memory:
+        """`Memory.from_desc(self)`: a driver-managed buffer, else the shared-memory fallback, else OP_FAILED."""
+        if not self._finished:
+            raise NnError(ResultCode.BAD_STATE, "Memory.from_desc: the MemoryDesc is not finished")
+        memory = self._allocate_on_device()
+        if memory is not None:
+            return memory
+        if not self._fallback_allowed:
+            why = ("a role comes from a compilation with an explicit device list"
+                   if is_fully_specified(self._metadata.type, self._dims) else "the size is unknown")
+            raise NnError(ResultCode.OP_FAILED, f"Memory.from_desc: no device allocated the memory and there is "
+                                                f"no fallback ({why})")
+        if self._devices and all(d.feature_level >= 30 for d in self._devices):
+            with HardwareBuffer(self.size) as blob:
+                return Memory(dup_handle(blob.handle), validator=self._validator())
+        return Memory(allocate_ashmem(self.size, "nnapi-desc"), validator=self._validator())
 
     def _allocate_on_device(self) -> Memory | None:
         """Ask the single device of every role to allocate; None when it cannot (any failure)."""
@@ -254,31 +205,4 @@ class MemoryDesc:
             if callable(release):
                 release()
             return None  # Android treats a null buffer or a zero token as a failed allocation
-        memory = Memory(None)
-        memory._buffer, memory._token, memory._device = buffer, int(token), device
-        return memory
-
-
-def create_from_desc(desc: MemoryDesc) -> Memory:
-    """Memory.from_desc: a driver-managed buffer, else the shared-memory fallback, else OP_FAILED."""
-    if desc is None:
-        raise NnError(ResultCode.UNEXPECTED_NULL, "Memory.from_desc: desc is None")
-    if not isinstance(desc, MemoryDesc):
-        raise _bad(f"Memory.from_desc: expected a MemoryDesc, got {type(desc).__name__}")
-    if not desc.finished:
-        raise NnError(ResultCode.BAD_STATE, "Memory.from_desc: the MemoryDesc is not finished")
-    memory = desc._allocate_on_device()
-    if memory is None:
-        if not desc._fallback_allowed:
-            why = ("a role comes from a compilation with an explicit device list"
-                   if is_fully_specified(desc._metadata.type, desc._dims) else "the size is unknown")
-            raise NnError(ResultCode.OP_FAILED, f"Memory.from_desc: no device allocated the memory and there is "
-                                                f"no fallback ({why})")
-        size = desc.size
-        if desc._devices and all(d.feature_level >= 30 for d in desc._devices):
-            with HardwareBuffer(size) as blob:
-                memory = Memory.from_hardware_buffer(blob)
-        else:
-            memory = Memory(allocate_ashmem(size, "nnapi-desc"))
-    memory._validator = desc._validator()
-    return memory
+        return Memory.on_device(buffer, int(token), device, self._validator())

@@ -1,0 +1,356 @@
+"""`ExecutionPlan`: how a finished compilation runs, worked out once at `Compilation.finish`.
+
+The plan holds the steps (partitions, each on its device), what binding each input and output
+checks (`Io`), the routes of main-model operands to inputs, outputs and the values passed between
+steps, and, for a one-step plan, the direct request template (argument k in pool k; only the
+pools change per execution). Every execution runs through `run(arguments, executor)`: sync and
+async through `PREPARED` (each step's prepared model), bursts through the `Burst` (its driver
+bursts), fenced executions through a `FencedExecutor`. Temporaries between steps are in shared
+memory (ashmem), as Android's runtime passes them, so every driver maps them as any request memory.
+
+`arguments` is plain data (`Arguments`: the bound inputs and outputs, timing, deadline, loop
+timeout), so a reusable execution (issue 36) binds and validates once and runs the plan many times.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from .. import hal
+from .. import tracing as trace
+from ..hal import (DataLocation, ErrorStatus, LOOP_TIMEOUT_DEFAULT_NS, MeasureTiming, MemoryPool, NnError,
+                   OutputShape, Request, RequestArgument, Timing)
+from ..memory import max_tensor_bytes
+from ..ops import numpy_dtype
+from .memory import Memory
+from .partitioner import Step
+
+#: How many times a step runs again after a driver reports a temporary larger than was given.
+MAX_RETRIES = 4
+
+
+@dataclass(frozen=True)
+class Io:
+    """What binding one input or output checks, worked out once per plan."""
+
+    operand: hal.Operand
+    dtype: np.dtype
+    scalar: bool
+    #: The operand's dimensions and byte size when fully specified, else None.
+    dims: tuple[int, ...] | None
+    nbytes: int | None
+
+    @classmethod
+    def of(cls, operand: hal.Operand) -> "Io":
+        full = operand.is_fully_specified
+        return cls(operand, numpy_dtype(operand.type), operand.type.is_scalar,
+                   tuple(operand.dimensions) if full else None, operand.byte_size() if full else None)
+
+
+@dataclass
+class Arg:
+    """One bound input or output: a numpy array, a Memory region, or omitted."""
+
+    array: np.ndarray | None = None
+    memory: Memory | None = None
+    offset: int = 0
+    length: int = 0
+    dims: tuple[int, ...] = ()
+    omitted: bool = False
+
+
+@dataclass
+class Arguments:
+    """What one execution hands the plan: its bound arguments and its settings for the run."""
+
+    inputs: Sequence[Arg]
+    outputs: Sequence[Arg]
+    measure: bool = False
+    #: The one absolute deadline of every step (monotonic ns), or None.
+    deadline: int | None = None
+    loop_timeout_ns: int = LOOP_TIMEOUT_DEFAULT_NS
+
+
+@dataclass
+class Outcome:
+    """What a run reports: every output's shape and the timing of the last step."""
+
+    output_shapes: list[OutputShape]
+    timing: Timing = field(default_factory=Timing)
+
+
+class StepExecutor(Protocol):
+    """What runs a step's request: its prepared model (`PREPARED`), a burst, a fenced call."""
+
+    def execute(self, index: int, step: Step, request: Request, measure: MeasureTiming, deadline: int | None,
+                loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]: ...
+
+
+class PreparedExecutor:
+    """Each step runs synchronously on its prepared model (sync and async executions)."""
+
+    def execute(self, index: int, step: Step, request: Request, measure: MeasureTiming, deadline: int | None,
+                loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]:
+        return step.prepared.execute_synchronously(request, measure, deadline, loop_timeout_ns)
+
+
+#: The executor of plain executions (it holds nothing).
+PREPARED = PreparedExecutor()
+
+
+@dataclass
+class _Temporary:
+    """A value passed from one step to the next: its place in shared memory and, once written, its
+    dimensions."""
+
+    memory: Memory
+    offset: int
+    capacity: int
+    dims: tuple[int, ...] = ()
+
+
+class _SharedTemporaries:
+    """The values one run passes between steps: one ashmem region for every value whose size the model
+    declares (each 64-byte aligned), a region of its own for one known only when a driver reports it."""
+
+    ALIGN = 64
+
+    def __init__(self, operands: Sequence[hal.Operand], boundary: Sequence[int]) -> None:
+        self._operands = operands
+        self._offsets: dict[int, tuple[int, int]] = {}
+        total = 0
+        for o in boundary:
+            operand = operands[o]
+            if operand.is_fully_specified:
+                total += -total % self.ALIGN
+                size = max(operand.byte_size(), 1)
+                self._offsets[o] = (total, size)
+                total += size
+        self._region = Memory.ashmem(total) if total else None
+        self.values: dict[int, _Temporary] = {}
+
+    def output(self, o: int) -> Arg:
+        """Where step output `o` is written (placed on first use)."""
+        t = self.values.get(o)
+        if t is None:
+            t = self.values[o] = self._place(o)
+        return Arg(memory=t.memory, offset=t.offset, length=t.capacity)
+
+    def grow(self, o: int, nbytes: int) -> None:
+        """Give value `o` a region of its own of `nbytes` (a driver reported it needs more)."""
+        self.values[o] = self._place(o, nbytes)
+
+    def written(self, o: int, dims: tuple[int, ...]) -> None:
+        self.values[o].dims = dims
+
+    def input(self, o: int) -> Arg:
+        """Value `o` as the input of a later step, of the dimensions it was written with."""
+        t = self.values[o]
+        return Arg(memory=t.memory, offset=t.offset, length=self._operands[o].byte_size(t.dims), dims=t.dims)
+
+    def _place(self, o: int, nbytes: int | None = None) -> _Temporary:
+        if nbytes is None and o in self._offsets:
+            offset, size = self._offsets[o]
+            return _Temporary(self._region, offset, size)
+        size = max(int(nbytes or 1), 1)
+        return _Temporary(Memory.ashmem(size), 0, size)
+
+
+@dataclass(frozen=True)
+class _DirectTemplate:
+    """The request arguments of a one-step plan whose arguments are distinct numpy arrays of the operands'
+    full sizes: argument k in pool k, the same every time."""
+
+    inputs: list[RequestArgument]
+    outputs: list[RequestArgument]
+    #: Whether `ExecutionPlan.execute_arrays` applies: every size known, no output empty or too large.
+    arrays: bool
+
+
+class _Request:
+    """Builds one step's request argument by argument, one pool per distinct buffer or memory."""
+
+    def __init__(self) -> None:
+        self.pools: list[MemoryPool] = []
+        self._pool_of: dict[int, int] = {}
+
+    def argument(self, arg: Arg) -> RequestArgument:
+        array = arg.array
+        if array is not None:  # an in-process buffer, used in place
+            return RequestArgument(False, DataLocation(self._pool(array, None), 0, arg.length), arg.dims)
+        if arg.omitted:
+            return RequestArgument(has_no_value=True)
+        memory = arg.memory
+        if memory is None:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, "an execution argument with neither memory nor a buffer")
+        p = self._pool(memory, memory)
+        if memory.is_device or memory.is_image:  # used whole: offset = length = 0
+            return RequestArgument(False, DataLocation(p, 0, 0), arg.dims)
+        return RequestArgument(False, DataLocation(p, arg.offset, arg.length), arg.dims)
+
+    def _pool(self, key: object, memory: Memory | None) -> int:
+        p = self._pool_of.get(id(key))
+        if p is None:
+            p = self._pool_of[id(key)] = len(self.pools)
+            self.pools.append(MemoryPool(pointer=key) if memory is None else memory.pool)
+        return p
+
+
+class ExecutionPlan:
+    """The steps of a finished compilation and the facts every execution of it uses (see the module doc)."""
+
+    def __init__(self, main: hal.Subgraph, steps: list[Step]) -> None:
+        self.main = main
+        self.steps = steps
+        self.inputs = [Io.of(main.operands[i]) for i in main.input_indexes]
+        self.outputs = [Io.of(main.operands[i]) for i in main.output_indexes]
+        #: Main-model operand -> input index, -> output index; the values passed between steps.
+        self.main_in = {o: k for k, o in enumerate(main.input_indexes)}
+        self.main_out = {o: k for k, o in enumerate(main.output_indexes)}
+        self.boundary = ([o for step in steps for o in step.outputs if o not in self.main_out]
+                         if len(steps) > 1 else [])
+        first = steps[0].model.main
+        #: Whether the first step's outputs are fully specified, as a fenced run on its driver needs.
+        self.fenceable = all(first.operands[o].is_fully_specified for o in first.output_indexes)
+        self.direct = self._direct_template()
+
+    def _direct_template(self) -> _DirectTemplate | None:
+        steps, main = self.steps, self.main
+        if len(steps) != 1 or steps[0].inputs != list(main.input_indexes) or \
+                steps[0].outputs != list(main.output_indexes):
+            return None
+        ios = [*self.inputs, *self.outputs]
+        made = [RequestArgument(False, DataLocation(k, 0, io.nbytes or 0), io.dims) for k, io in enumerate(ios)]
+        arrays = all(io.nbytes is not None for io in self.inputs) and all(
+            io.nbytes and io.nbytes <= max_tensor_bytes() for io in self.outputs)
+        return _DirectTemplate(made[:len(self.inputs)], made[len(self.inputs):], arrays)
+
+    # --- running --------------------------------------------------------------------------------------
+    def run(self, arguments: Arguments, executor: StepExecutor = PREPARED) -> Outcome:
+        """Run every step in order through `executor`. OUTPUT_INSUFFICIENT_SIZE for a main output carries
+        the shape of every output (`NnError.output_shapes`); a temporary a driver needs larger is grown
+        and its step run again."""
+        shapes: list[OutputShape | None] = [None] * len(self.outputs)
+        shared = _SharedTemporaries(self.main.operands, self.boundary) if self.boundary else None
+        timing = Timing()
+        direct = self._direct_request(arguments)
+        for k, step in enumerate(self.steps):
+            timing = self._run_step(k, step, arguments, executor, shared, shapes, direct)
+        return Outcome([s if s is not None else OutputShape(()) for s in shapes], timing)
+
+    def execute_arrays(self, inputs: Sequence[np.ndarray | None], deadline: int | None) -> list[np.ndarray] | None:
+        """`Compilation.execute` where the direct template applies (numpy inputs of the operands' dtype and
+        size, outputs of known size), without an Execution; None where it does not."""
+        direct = self.direct
+        if direct is None or not direct.arrays or len(inputs) != len(self.inputs):
+            return None
+        pools = []
+        for x, io in zip(inputs, self.inputs):
+            if type(x) is not np.ndarray or x.dtype != io.dtype or x.nbytes != io.nbytes or not x.flags.c_contiguous:
+                return None
+            pools.append(MemoryPool(pointer=x))
+        outs = [np.zeros(io.dims, io.dtype) for io in self.outputs]
+        for out in outs:
+            pools.append(MemoryPool(pointer=out))
+        self._execute(0, self.steps[0], Request(direct.inputs, direct.outputs, pools), PREPARED, MeasureTiming.NO,
+                      deadline, LOOP_TIMEOUT_DEFAULT_NS)
+        return outs
+
+    def _direct_request(self, arguments: Arguments) -> Request | None:
+        """The request of a one-step plan when every argument is a distinct numpy array of the operand's full
+        size (the template's arguments, only the pools new); None: build it argument by argument."""
+        direct = self.direct
+        if direct is None:
+            return None
+        args = [*arguments.inputs, *arguments.outputs]
+        for arg, io in zip(args, [*self.inputs, *self.outputs]):
+            if arg.array is None or io.nbytes is None or arg.length != io.nbytes or arg.dims != io.dims:
+                return None
+        if len({id(a.array) for a in args}) != len(args):
+            return None
+        return Request(direct.inputs, direct.outputs, [MemoryPool(pointer=a.array) for a in args])
+
+    def _run_step(self, k: int, step: Step, arguments: Arguments, executor: StepExecutor,
+                  shared: _SharedTemporaries | None, shapes: list[OutputShape | None],
+                  direct: Request | None) -> Timing:
+        operands, main_out = self.main.operands, self.main_out
+        measure = MeasureTiming.YES if arguments.measure else MeasureTiming.NO
+        for attempt in range(MAX_RETRIES):
+            request = direct if direct is not None and attempt == 0 else self._step_request(
+                step, arguments, shared, shapes)
+            try:
+                out_shapes, timing = self._execute(k, step, request, executor, measure, arguments.deadline,
+                                                   arguments.loop_timeout_ns)
+            except NnError as e:
+                if e.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or not e.output_shapes:
+                    raise
+                grow = False
+                for o, s in zip(step.outputs, e.output_shapes):
+                    if o in main_out:
+                        shapes[main_out[o]] = s
+                    elif not s.is_sufficient:
+                        shared.grow(o, operands[o].byte_size(tuple(s.dimensions)))
+                        grow = True
+                if any(o in main_out and not s.is_sufficient for o, s in zip(step.outputs, e.output_shapes)):
+                    raise NnError(e.status, e.message, output_shapes=[
+                        s if s is not None else OutputShape(()) for s in shapes]) from None
+                if not grow:
+                    raise NnError(e.status, e.message) from None
+                continue
+            for j, o in enumerate(step.outputs):
+                if o in main_out and out_shapes and out_shapes[j].is_sufficient:
+                    shapes[main_out[o]] = out_shapes[j]
+                    continue
+                dims = out_shapes[j].dimensions if out_shapes else operands[o].dimensions
+                if o in main_out:
+                    shapes[main_out[o]] = OutputShape(tuple(dims), True)
+                else:
+                    shared.written(o, () if operands[o].type.is_scalar else tuple(dims))
+            return timing
+        raise NnError(ErrorStatus.GENERAL_FAILURE, "step outputs kept growing; giving up")
+
+    def _step_request(self, step: Step, arguments: Arguments, shared: _SharedTemporaries | None,
+                      shapes: list[OutputShape | None]) -> Request:
+        """The request of one step, argument by argument (memory, temporaries between steps, omitted)."""
+        operands, main_in, main_out = self.main.operands, self.main_in, self.main_out
+        made = _Request()
+        req_inputs = []
+        for o in step.inputs:
+            if o in main_in:
+                req_inputs.append(made.argument(arguments.inputs[main_in[o]]))
+            elif o in main_out:  # an output of an earlier step read by a later one
+                arg = arguments.outputs[main_out[o]]
+                shape = shapes[main_out[o]].dimensions
+                req_inputs.append(made.argument(Arg(arg.array, arg.memory, arg.offset,
+                                                    operands[o].byte_size(shape), shape)))
+            else:
+                req_inputs.append(made.argument(shared.input(o)))
+        req_outputs = [made.argument(arguments.outputs[main_out[o]] if o in main_out else shared.output(o))
+                       for o in step.outputs]
+        return Request(req_inputs, req_outputs, made.pools)
+
+    @staticmethod
+    def _execute(k: int, step: Step, request: Request, executor: StepExecutor, measure: MeasureTiming,
+                 deadline: int | None, loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]:
+        """Step `k` through `executor`: traced, timed for the latency record while it asks, and a driver
+        bug as GENERAL_FAILURE (never anything but NnError)."""
+        observer = step.observer
+        start = time.perf_counter_ns() if observer is not None else 0
+        try:
+            if trace.active():
+                with trace.span("execute", "execute", device=step.device.name, operations=len(step.operations)):
+                    result = executor.execute(k, step, request, measure, deadline, loop_timeout_ns)
+            else:
+                result = executor.execute(k, step, request, measure, deadline, loop_timeout_ns)
+        except NnError:
+            raise
+        except Exception as e:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"execution failed: {type(e).__name__}: {e}") from None
+        if observer is not None:
+            observer.observe(time.perf_counter_ns() - start)
+            if observer.done:  # (the record has what it needs: the step stops timing)
+                step.observer = None
+        return result
