@@ -8,6 +8,7 @@ from .execution import Execution
 from .memory import Memory
 from .memory_desc import MemoryDesc
 from .model import Model
+from .plan import ExecutionPlan
 
 
 def model_token(model: Model) -> bytes:
@@ -18,4 +19,4 @@ def model_token(model: Model) -> bytes:
 
 
 __all__ = ["Burst", "CacheOutcome", "Compilation", "Device", "devices", "find_device", "register_device", "Event",
-           "Execution", "Memory", "MemoryDesc", "Model", "model_token"]
+           "Execution", "ExecutionPlan", "Memory", "MemoryDesc", "Model", "model_token"]

@@ -16,7 +16,7 @@ from typing import Protocol, Sequence
 from ..hal import IBurst, MeasureTiming, MemoryPool, NnError, OutputShape, Request, ResultCode, Timing
 from ..memory import on_forget
 from .partitioner import Step
-from .plan import ExecutionPlan
+from .plan import Compiled, ExecutionPlan
 
 
 class BurstUser(Protocol):
@@ -29,7 +29,7 @@ class Burst:
     """A burst of executions of one finished compilation (see the module doc); the step executor
     (`runtime.plan.StepExecutor`) of the executions that run through it."""
 
-    def __init__(self, compilation: object) -> None:
+    def __init__(self, compilation: Compiled) -> None:
         if not isinstance(getattr(compilation, "plan", None), ExecutionPlan):
             raise NnError(ResultCode.BAD_STATE, "Burst: the compilation must be finished")
         self.compilation = compilation

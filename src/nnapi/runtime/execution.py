@@ -11,7 +11,7 @@ tells the size needed. Sync, async, burst and fenced runs all go through the com
 from __future__ import annotations
 
 import math
-from typing import Protocol, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -25,15 +25,8 @@ from .burst import Burst
 from .deadlines import deadline_after, timeout_ns
 from .events import Event, FencedExecutor, wait_fences
 from .memory import Memory
-from .plan import MAX_RETRIES, PREPARED, Arg, Arguments, ExecutionPlan, Io, StepExecutor
+from .plan import MAX_RETRIES, PREPARED, Arg, Arguments, Compiled, ExecutionPlan, Io, StepExecutor
 from .values import exact_array
-
-
-class Compiled(Protocol):
-    """What an execution needs of its compilation: the plan made when it finished (None before)."""
-
-    @property
-    def plan(self) -> ExecutionPlan | None: ...
 
 
 class Execution:

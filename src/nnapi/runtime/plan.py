@@ -199,6 +199,13 @@ class _Request:
         return p
 
 
+class Compiled(Protocol):
+    """What executions and bursts need of a compilation: the plan made when it finished (None before)."""
+
+    @property
+    def plan(self) -> "ExecutionPlan | None": ...
+
+
 class ExecutionPlan:
     """The steps of a finished compilation and the facts every execution of it uses (see the module doc)."""
 
