@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from typing import Sequence
 
-from ..hal import NnError, ResultCode
-from ..memory.domains import BufferOperand, byte_size, combine_dims, is_fully_specified
+from ..hal import NnError, ResultCode, byte_size, combine_dims, is_fully_specified
+from ..memory.domains import BufferOperand
 
 
 def _bad(message: str) -> NnError:

@@ -17,9 +17,8 @@ import numpy as np
 
 from .. import hal
 from ..hal import (ErrorStatus, LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS, NnError, OutputShape,
-                   ResultCode, Timing)
+                   ResultCode, Timing, numpy_dtype)
 from ..memory import max_tensor_bytes
-from ..ops import numpy_dtype
 from ..qos import threads
 from .burst import Burst
 from .deadlines import deadline_after, timeout_ns

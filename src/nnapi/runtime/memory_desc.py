@@ -27,9 +27,10 @@ from typing import Sequence
 import numpy as np
 
 from .. import hal
-from ..hal import BufferDesc, BufferRole, IBuffer, NnError, ResultCode
+from ..hal import (BufferDesc, BufferRole, IBuffer, NnError, ResultCode, byte_size, combine_dims, is_fully_specified,
+                   is_int)
 from ..memory import HardwareBuffer, allocate_ashmem, dup_handle
-from ..memory.domains import BufferOperand, byte_size, combine_dims, is_fully_specified
+from ..memory.domains import BufferOperand
 from .compilation import Compilation
 from .device_memory import DeviceMemoryValidator
 from .memory import Memory
@@ -39,10 +40,6 @@ INPUT, OUTPUT = "input", "output"
 
 def _bad(message: str) -> NnError:
     return NnError(ResultCode.BAD_DATA, message)
-
-
-def _is_int(v: object) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
 
 
 class MemoryDesc:
@@ -87,7 +84,7 @@ class MemoryDesc:
             raise _bad(f"MemoryDesc.{what}: the compilation must be successfully finished")
         main = compilation.model.to_hal().main
         indexes = main.input_indexes if io == INPUT else main.output_indexes
-        if not _is_int(index) or not 0 <= index < len(indexes):
+        if not is_int(index) or not 0 <= index < len(indexes):
             raise _bad(f"MemoryDesc.{what}: {io} index {index!r} out of range ({len(indexes)} {io}s)")
         index = int(index)
         if not isinstance(frequency, numbers.Real) or isinstance(frequency, bool) or not 0.0 < frequency <= 1.0:
@@ -119,7 +116,7 @@ class MemoryDesc:
         """Refine the dimensions (0 = unknown); None or () for a scalar."""
         self._check_open("set_dimensions")
         dims = () if dimensions is None else dimensions
-        if not isinstance(dims, (tuple, list, np.ndarray)) or not all(_is_int(d) and 0 <= d < 2**32 for d in dims):
+        if not isinstance(dims, (tuple, list, np.ndarray)) or not all(is_int(d) and 0 <= d < 2**32 for d in dims):
             raise _bad(f"MemoryDesc.set_dimensions: dimensions must be non-negative integers, got {dimensions!r}")
         dims = tuple(int(d) for d in dims)
         if self._metadata is not None and self._metadata.type.is_scalar and dims:
@@ -200,7 +197,7 @@ class MemoryDesc:
         except Exception:
             return None
         buffer, token = result if isinstance(result, tuple) and len(result) == 2 else (None, None)
-        if buffer is None or not isinstance(buffer, IBuffer) or not _is_int(token) or token <= 0 or token >= 2**32:
+        if buffer is None or not isinstance(buffer, IBuffer) or not is_int(token) or token <= 0 or token >= 2**32:
             release = getattr(buffer, "release", None)
             if callable(release):
                 release()

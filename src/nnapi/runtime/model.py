@@ -13,9 +13,8 @@ import numpy as np
 
 from .. import hal
 from ..hal import (MAX_SIZE_OF_IMMEDIATELY_COPIED_VALUES, DataLocation, NnError, OperandLifeTime,
-                   OperandType, OperationType, ResultCode, SymmPerChannelQuantParams)
+                   OperandType, OperationType, ResultCode, SymmPerChannelQuantParams, numpy_dtype)
 from ..memory import allocate_ashmem
-from ..ops import numpy_dtype
 from .memory import Memory
 from .values import exact_array
 

@@ -22,9 +22,8 @@ import numpy as np
 from .. import hal
 from .. import tracing as trace
 from ..hal import (DataLocation, ErrorStatus, LOOP_TIMEOUT_DEFAULT_NS, MeasureTiming, MemoryPool, NnError,
-                   OutputShape, Request, RequestArgument, Timing)
+                   OutputShape, Request, RequestArgument, Timing, numpy_dtype)
 from ..memory import max_tensor_bytes
-from ..ops import numpy_dtype
 from .memory import Memory
 from .partitioner import Step
 
