@@ -55,8 +55,8 @@ class Burst:
     def release(self) -> None:
         self._busy.release()
 
-    def execute(self, index: int, step: Step, request: Request, measure: MeasureTiming, deadline: int | None,
-                loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]:
+    def execute_step(self, index: int, step: Step, request: Request, measure: MeasureTiming, deadline: int | None,
+                     loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]:
         """Step `index` of the plan through its driver burst, the request's pools under this burst's tokens."""
         return self._burst(index, step).execute_synchronously(request, self.tokens(request.pools), measure,
                                                               deadline, loop_timeout_ns)

@@ -131,8 +131,8 @@ class FencedExecutor:
         self._fences = fences
         self._after_ns = after_ns
 
-    def execute(self, index: int, step: Step, request: Request, measure: MeasureTiming, deadline: int | None,
-                loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]:
+    def execute_step(self, index: int, step: Step, request: Request, measure: MeasureTiming, deadline: int | None,
+                     loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]:
         if index != 0:
             return step.prepared.execute_synchronously(request, measure, deadline, loop_timeout_ns)
         fence, callback = step.prepared.execute_fenced(request, self._fences, measure, deadline, loop_timeout_ns,

@@ -84,15 +84,15 @@ class Outcome:
 class StepExecutor(Protocol):
     """What runs a step's request: its prepared model (`PREPARED`), a burst, a fenced call."""
 
-    def execute(self, index: int, step: Step, request: Request, measure: MeasureTiming, deadline: int | None,
-                loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]: ...
+    def execute_step(self, index: int, step: Step, request: Request, measure: MeasureTiming, deadline: int | None,
+                     loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]: ...
 
 
 class PreparedExecutor:
     """Each step runs synchronously on its prepared model (sync and async executions)."""
 
-    def execute(self, index: int, step: Step, request: Request, measure: MeasureTiming, deadline: int | None,
-                loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]:
+    def execute_step(self, index: int, step: Step, request: Request, measure: MeasureTiming, deadline: int | None,
+                     loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]:
         return step.prepared.execute_synchronously(request, measure, deadline, loop_timeout_ns)
 
 
@@ -348,9 +348,9 @@ class ExecutionPlan:
         try:
             if trace.active():
                 with trace.span("execute", "execute", device=step.device.name, operations=len(step.operations)):
-                    result = executor.execute(k, step, request, measure, deadline, loop_timeout_ns)
+                    result = executor.execute_step(k, step, request, measure, deadline, loop_timeout_ns)
             else:
-                result = executor.execute(k, step, request, measure, deadline, loop_timeout_ns)
+                result = executor.execute_step(k, step, request, measure, deadline, loop_timeout_ns)
         except NnError:
             raise
         except Exception as e:
