@@ -224,7 +224,7 @@ BLOCK = 20
 
 
 def mobilenet(local_xla, served_xla, runs: int) -> dict:
-    from nnapi.cli import random_inputs
+    from nnapi.bench import random_inputs
     from nnapi.importers import load_tflite
     imported = load_tflite(MOBILENET)
     inputs = random_inputs(imported.inputs)

@@ -89,7 +89,7 @@ _NEW_PROCESS = """
 import os, sys, time
 os.environ["NNAPI_OPENVINO_THREADS"] = {threads!r}
 import nnapi
-from nnapi.cli import warm_up_devices
+from nnapi.bench import warm_up_devices
 from nnapi.importers import load_tflite
 warm_up_devices({warm!r})
 imported = load_tflite({path!r})
@@ -129,7 +129,7 @@ def bench_model(name: str, entry: dict, threads: int, targets: list[str], runs: 
     if ref is not None:
         inputs = [ref[f"input_{k}"] for k in range(len(imported.inputs))]
     else:
-        from nnapi.cli import random_inputs
+        from nnapi.bench import random_inputs
         inputs = random_inputs(imported.inputs)
     runners = {}
     if litert_ok:
@@ -222,7 +222,7 @@ def main() -> int:
     _limit_threads(max(thread_counts))
 
     import nnapi  # noqa: F401
-    from nnapi.cli import warm_up_devices
+    from nnapi.bench import warm_up_devices
     try:
         import ai_edge_litert  # noqa: F401
         litert_ok = True

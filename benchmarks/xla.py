@@ -50,7 +50,7 @@ import time
 import numpy as np
 
 import nnapi
-from nnapi.cli import warm_up_devices
+from nnapi.bench import warm_up_devices
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "..", "..", "shared", "models")
@@ -94,7 +94,7 @@ def _litert(path: str, inputs: list[np.ndarray], threads: int, runs: int) -> dic
 _NEW_PROCESS = """
 import json, sys, time
 import nnapi
-from nnapi.cli import warm_up_devices
+from nnapi.bench import warm_up_devices
 from nnapi.importers import load_tflite
 warm_up_devices(["xla"])
 imported = load_tflite(sys.argv[1])
@@ -142,7 +142,7 @@ def _new_process_hit(model: str, cache_dir: str, env: dict | None = None, code: 
 _SERVED_FIRST = """
 import json, os, sys, time
 import nnapi
-from nnapi.cli import random_inputs, warm_up_devices
+from nnapi.bench import random_inputs, warm_up_devices
 from nnapi.importers import load_tflite
 from nnapi.runtime import find_device
 warm_up_devices(["xla"])

@@ -293,7 +293,8 @@ def test_nnapi_cache_command_lists_verifies_and_prunes(tmp_path, capsys):
 def test_nnapi_cache_ls_shows_model_device_cache_files_size_and_last_use(state_dir, tmp_path, capsys):
     """Piped, each row holds the entry whole: its name (the model's token), device, model / data cache
     files, size and last use; --json has the same fields, verify adds the executable's stage."""
-    from nnapi.cli import _size_text, main
+    from nnapi.cli import main
+    from nnapi.cli.cache import size_text as _size_text
     from conftest import add_relu_model
     m = add_relu_model()
     nnapi.Compilation(m, devices=["reference"], cache_dir=tmp_path, token=nnapi.model_token(m)).finish()

@@ -12,8 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from nnapi import cli
-from nnapi.cli import main
+from nnapi import bench
+from nnapi.cli import console, main
+from nnapi.cli import devices as devices_command
 from test_tflite_import import B, add_options, f32, write_model
 
 CTS = os.environ.get("NNAPI_CTS_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "cts"))
@@ -31,8 +32,8 @@ def no_work(monkeypatch):
     """Any import, compilation or test-vector loading fails the test: the checks must stop first."""
     def forbidden(*args, **kwargs):
         raise AssertionError("work started before the arguments were checked")
-    monkeypatch.setattr(cli, "_import", forbidden)
-    monkeypatch.setattr(cli, "bench_model", forbidden)
+    monkeypatch.setattr(bench, "import_model", forbidden)
+    monkeypatch.setattr(bench, "bench_model", forbidden)
     import nnapi.conformance.vectors as vectors
     monkeypatch.setattr(vectors, "load_vectors", forbidden)
 
@@ -95,7 +96,7 @@ def test_errors_during_the_work_are_one_line_and_debug_shows_the_traceback(tmp_p
 
     def boom(args):
         raise RuntimeError("first line\nsecond line")
-    monkeypatch.setattr(cli, "_cmd_devices", boom)
+    monkeypatch.setattr(devices_command, "run", boom)
     assert main(["devices"]) == 1
     line = _one_line_error(capsys, "nnapi devices: RuntimeError: first line; second line")
     assert "--debug" in line
@@ -165,7 +166,7 @@ def test_verbose_turns_on_the_nnapi_loggers(capsys, monkeypatch):
         logging.getLogger("nnapi.drivers").info("a driver's message")
         logging.getLogger("nnapi.drivers").debug("a driver's detail")
         return 0
-    monkeypatch.setattr(cli, "_cmd_devices", devices)
+    monkeypatch.setattr(devices_command, "run", devices)
     assert main(["devices", "-vv"]) == 0
     err = capsys.readouterr().err
     assert seen["level"] == logging.DEBUG
@@ -189,7 +190,7 @@ def test_cts_prints_progress_lines_when_not_on_a_terminal(capsys, monkeypatch):
         time.sleep(0.15)
         return real(test, devices)
     monkeypatch.setattr(runner, "run_one", slow)
-    monkeypatch.setattr(cli, "PROGRESS_INTERVAL_S", 0.05)
+    monkeypatch.setattr(console, "PROGRESS_INTERVAL_S", 0.05)
     vectors = [os.path.join(CTS, "V1_0", name) for name in ("add.json", "mul.json", "relu_float_1.json")]
     assert main(["cts", *vectors, "--device", "reference"]) == 0
     captured = capsys.readouterr()

@@ -266,7 +266,7 @@ def test_nnapi_run_refuses_a_signature_key_and_a_tensor_name_for_one_input(tmp_p
 
 def test_saved_signature_names_never_replace_a_positional_key(tmp_path):
     """A signature may call output 1 `output_0`: `output_0` stays output 0 and that name is not written."""
-    from nnapi.cli import _saved_outputs
+    from nnapi.cli.run import saved_outputs as _saved_outputs
     from nnapi.importers import TensorInfo
     infos = [TensorInfo("a", (1,), np.float32, signature_name="output_1"),
              TensorInfo("b", (1,), np.float32, signature_name="output_0"),

@@ -1,4 +1,4 @@
-"""Batch inference on Ray Data: `predict(dataset, model, ...)` (and the `nnapi batch` command, `batch_cli`).
+"""Batch inference on Ray Data: `predict(dataset, model, ...)` (and the `nnapi batch` command, `nnapi.cli.batch`).
 
 Built on `Dataset.map_batches` with a callable class: each actor holds one compiled `nnapi.load` session,
 created in its `__init__` (with the app's cache folder, and a driver-side fleet tier when `fleet` names a

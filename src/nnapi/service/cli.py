@@ -28,7 +28,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import Callable, Iterator, Sequence
+from typing import Iterator, Sequence
 
 from .discovery import ENV, default_socket
 
@@ -229,28 +229,3 @@ def served(drivers: Sequence[str], *, state_dir: str | None = None, log_level: s
             s.stop()
         shutil.rmtree(directory, ignore_errors=True)
 
-
-def run_served(device: str | None, run: Callable[[], int]) -> int:
-    """`nnapi cts --service`: serve `device`'s driver, check the runtime finds it there, run, stop it."""
-    from ..runtime import devices
-    if not device:
-        print("nnapi cts --service: name the driver to serve with --device", file=sys.stderr)
-        return 2
-    try:
-        with served([device], log_level="WARNING") as services:
-            s = services[device]
-            found = next((d for d in devices() if d.name == device), None)
-            if found is None or found.pid != s.pid:
-                print(f"nnapi cts --service: the runtime does not see {device} served by pid {s.pid}",
-                      file=sys.stderr)
-                return 1
-            print(f"{device}: served by nnapi serve (pid {s.pid}) on {s.socket}", file=sys.stderr)
-            status = run()
-            if s.process.poll() is not None:
-                print(f"nnapi cts --service: the service exited with status {s.process.returncode} during the "
-                      "run", file=sys.stderr)
-                return 1
-            return status
-    except RuntimeError as e:
-        print(f"nnapi cts --service: {e}", file=sys.stderr)
-        return 1

@@ -39,8 +39,8 @@ def add_parser(sub: Any) -> None:
 def _check(args: argparse.Namespace) -> None:
     """Before any work: the --json file can be written (as `nnapi cts` checks it; a `CommandError`,
     one line and exit status 2)."""
-    from ...cli import _output_file  # the command's own check; imported here, as `nnapi` imports this module
-    _output_file(args.json, "--json")
+    from ...cli.checks import output_file  # the command's own check
+    output_file(args.json, "--json")
 
 
 def _suites(text: str | None) -> list[str]:
@@ -59,7 +59,7 @@ def main(args: argparse.Namespace) -> int:
     from rich.table import Table
     from rich.text import Text
 
-    from ...cli import stdout_console
+    from ...cli.console import stdout_console
     from ...hal import NnError
     from ...runtime import find_device
     from . import collect

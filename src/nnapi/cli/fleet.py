@@ -5,7 +5,7 @@
     nnapi fleet verify [--fleet URL]  the same, each entry checked (signature, trust list, blobs); rc 1 if any fails
     nnapi fleet prune [--fleet URL] [--max-age-days D] [--dry-run]   drop bad or old entries, unused blobs
 
-The store is `--fleet` or `NNAPI_FLEET`; the trust list `NNAPI_FLEET_TRUST` (see `caching.fleet`).
+The store is `--fleet` or `NNAPI_FLEET`; the trust list `NNAPI_FLEET_TRUST` (see `nnapi.caching.fleet`).
 """
 from __future__ import annotations
 
@@ -16,16 +16,14 @@ import sys
 import time
 
 
-def add_parser(sub) -> None:
-    """Register `nnapi fleet` in the command's subparsers."""
-    p = sub.add_parser("fleet", help="the fleet tier of the compilation cache: keys and the shared store")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of `nnapi fleet`."""
     p.add_argument("action", choices=("keygen", "ls", "verify", "prune"))
     p.add_argument("keyfile", nargs="?", help="keygen: where to write the private key (KEYFILE.pub: the public key)")
     p.add_argument("--fleet", metavar="URL", help="the store (default: NNAPI_FLEET), e.g. redis://HOST:PORT/DB")
     p.add_argument("--max-age-days", type=float, help="prune: also drop entries older than this")
     p.add_argument("--dry-run", action="store_true", help="prune: say what would go, remove nothing")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=run)
 
 
 def _fail(message: str) -> int:
@@ -34,8 +32,9 @@ def _fail(message: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .fleet import ENV_TRUST, ENV_URL, Fleet, keygen, load_trust
-    from .fleet_store import StoreError, open_store
+    """Write a key pair, or list, verify or prune the store's entries."""
+    from ..caching.fleet import ENV_TRUST, ENV_URL, Fleet, keygen, load_trust
+    from ..caching.fleet_store import StoreError, open_store
     if args.action == "keygen":
         if not args.keyfile:
             return _fail("keygen needs KEYFILE")

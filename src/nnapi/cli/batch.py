@@ -21,10 +21,8 @@ import time
 import numpy as np
 
 
-def add_parser(sub, common) -> None:
-    """Register `nnapi batch` in the command's subparsers."""
-    p = sub.add_parser("batch", help="batch inference over a data set on Ray (a local Ray by default)",
-                       parents=[common])
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The arguments of `nnapi batch`."""
     p.add_argument("model", help="a .tflite file")
     p.add_argument("input", help="a folder of .npy/.npz files, or Parquet")
     p.add_argument("--output", required=True, help="where to write the outputs (Parquet)")
@@ -34,7 +32,6 @@ def add_parser(sub, common) -> None:
     p.add_argument("--device", help="a device name or a comma-separated list (default: all devices)")
     p.add_argument("--cache-dir", help="the actors' compilation cache folder")
     p.add_argument("--fleet", metavar="URL", help="a fleet store for the actors' drivers (as NNAPI_FLEET)")
-    p.set_defaults(func=run)
 
 
 def _fail(message: str) -> int:
@@ -74,14 +71,15 @@ def _batched_npy(files: list[str], shapes: list[tuple]) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Predict over the input on Ray, write the Parquet output and print the summary line."""
     try:
         import ray
         import ray.data
     except ImportError:
         return _fail("needs Ray: pip install 'nnapi[ray]'")
-    from .hal import NnError
-    from .importers import load_tflite
-    from .ray import ACTOR, CACHE, predict
+    from ..hal import NnError
+    from ..importers import load_tflite
+    from ..ray import ACTOR, CACHE, predict
     for option, value in (("--actors", args.actors), ("--batch-size", args.batch_size)):
         if value < 1:
             return _fail(f"{option} must be at least 1, got {value}")
