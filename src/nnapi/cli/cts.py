@@ -11,7 +11,7 @@ import json
 import os
 import sys
 import time
-from typing import Callable
+from typing import Any, Callable
 
 from .checks import CommandError, device_names, distinct_outputs, non_negative_int, output_file
 from .console import Progress, log, stdout_console, tracing
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     failures = []
     tally = {"failed": 0, "skipped": 0}
     with tracing(args.trace), Progress("cts", total=len(tests)) as progress:
-        def step(r) -> None:
+        def step(r: Any) -> None:
             if r.status == "failed":
                 failures.append(r)
             if r.status in tally:
