@@ -213,8 +213,8 @@ class CompiledModel:
         signature name or `input_N` (or a list or tuple in input order; a bare array for a one-input
         model). `timeout`: seconds for this run (None or 0: none)."""
         arrays, _ = self.prepare(inputs, cast=cast)
-        values = Execution(self.compilation).run(arrays, timeout=timeout)
-        return Outputs(self.outputs, values)
+        # (the compilation's direct path when the arrays fit its request template, else an Execution)
+        return Outputs(self.outputs, self.compilation.execute(arrays, timeout=timeout))
 
 
 def describe(model: Model | ImportedModel) -> tuple[list[TensorInfo], list[TensorInfo]]:
