@@ -32,8 +32,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from nnapi.hal import NnError, ResultCode
 from nnapi.importers import load_tflite
-from nnapi.importers._tflite_schema import load_flat_model
 from nnapi.importers.tflite import INTERNAL_ERROR
+from nnapi.importers.tflite.schema import load_flat_model
 
 SHARED = pathlib.Path(os.environ.get("NNAPI_SHARED_MODELS",
                                      pathlib.Path(__file__).resolve().parents[2] / "shared" / "models"))

@@ -19,9 +19,9 @@ from nnapi import OperandType as T, OperationType as Op
 from nnapi.cli import main as cli_main
 from nnapi.hal import OperandLifeTime
 from nnapi.importers import UnsupportedOperatorsError, load_tflite
-from nnapi.importers._densify import densify
-from nnapi.importers._tflite_schema import SparseLevel, Sparsity, load_flat_model
 from nnapi.importers.tflite import INTERNAL_ERROR
+from nnapi.importers.tflite.densify import densify
+from nnapi.importers.tflite.schema import SparseLevel, Sparsity, load_flat_model
 from nnapi.memory import map_pool
 
 B = tflite.BuiltinOperator

@@ -22,8 +22,8 @@ import nnapi
 from nnapi.cli import main
 from nnapi.hal import NnError, ResultCode
 from nnapi.importers import load_tflite
-from nnapi.importers._tflite_schema import load_flat_model
 from nnapi.importers.tflite import INTERNAL_ERROR
+from nnapi.importers.tflite.schema import load_flat_model
 
 SHARED = pathlib.Path(os.environ.get("NNAPI_SHARED_MODELS",
                                      pathlib.Path(__file__).resolve().parents[2] / "shared" / "models"))
