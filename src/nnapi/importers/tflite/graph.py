@@ -49,6 +49,7 @@ class Graph:
 
     # --- operands -----------------------------------------------------------------------------
     def add(self, spec: Spec) -> int:
+        """A new operand of `spec` (with its per-channel quantization), recorded in `specs`."""
         index = self.m.add_operand(spec.type, spec.dims, spec.scale, spec.zero_point)
         if spec.channel is not None:
             self.m.set_operand_symm_per_channel_quant_params(index, spec.channel[0], spec.channel[1])
@@ -128,6 +129,7 @@ class Graph:
         raise Unsupported(f"tensor {tensor.describe()} has type {kind}, which NNAPI does not have")
 
     def is_const(self, t: int) -> bool:
+        """Whether tensor `t` is a constant: a buffer in the file, or a value folded at import."""
         return t >= 0 and (t in self.folded or self.tensor(t).region is not None)
 
     def const_value(self, t: int) -> np.ndarray | None:
@@ -185,6 +187,8 @@ class Graph:
                           f"it is {have.type.name}{list(have.dims)}")
 
     def _constant_tensor(self, t: int, spec: Spec) -> int:
+        """The operand of constant tensor `t` as `spec`: a reference into the file mapping where its
+        bytes are the operand's as they are (copied when small), else the value converted and copied."""
         key = (t, spec)
         if key in self._constants:
             return self._constants[key]
@@ -217,15 +221,18 @@ class Graph:
         self.context.copied_bytes += value.nbytes
         return index
 
-    def const_f32(self, value) -> int:
+    def const_f32(self, value: float | list | np.ndarray) -> int:
+        """A new TENSOR_FLOAT32 constant (a scalar becomes shape [1])."""
         v = np.asarray(value, np.float32)
         return self.const(v.reshape(v.shape or (1,)), Spec(T.TENSOR_FLOAT32, v.shape or (1,)))
 
-    def const_i32(self, value) -> int:
+    def const_i32(self, value: int | list | np.ndarray) -> int:
+        """A new TENSOR_INT32 constant (a scalar becomes shape [1])."""
         v = np.asarray(value, np.int32)
         return self.const(v.reshape(v.shape or (1,)), Spec(T.TENSOR_INT32, v.shape or (1,)))
 
-    def scalar(self, type: T, value) -> int:
+    def scalar(self, type: T, value: int | float | bool) -> int:
+        """The scalar operand of `type` holding `value` (one per distinct value)."""
         key = (type, value if type != T.FLOAT32 else f32(value))
         if key not in self._scalars:
             index = self.m.add_operand(type)
@@ -235,15 +242,19 @@ class Graph:
         return self._scalars[key]
 
     def i32(self, value: int) -> int:
+        """The INT32 scalar `value`."""
         return self.scalar(T.INT32, int(value))
 
     def f32(self, value: float) -> int:
+        """The FLOAT32 scalar `value`."""
         return self.scalar(T.FLOAT32, float(value))
 
     def bool(self, value: bool) -> int:
+        """The BOOL scalar `value`."""
         return self.scalar(T.BOOL, bool(value))
 
     def temp(self, spec: Spec) -> int:
+        """A new intermediate operand of `spec`."""
         return self.add(spec)
 
     def omitted(self, kind: T = T.TENSOR_FLOAT32) -> int:
@@ -279,12 +290,14 @@ class Graph:
             self.emit(Op.RESHAPE, [tmp, self.const_i32(list(spec.dims))], [self.output(t)])
         return tmp, finish
 
-    def reshape(self, operand: int, dims) -> int:
+    def reshape(self, operand: int, dims: tuple[int, ...] | list[int]) -> int:
+        """A new operand holding `operand` reshaped to `dims` (by a RESHAPE)."""
         out = self.temp(self.specs[operand].with_dims(dims))
         self.emit(Op.RESHAPE, [operand, self.const_i32([int(d) for d in dims])], [out])
         return out
 
     def emit(self, type: Op, inputs: list[int], outputs: list[int]) -> None:
+        """Add operation `type`, remembering which TFLite operator it came from (for messages)."""
         self.m.add_operation(type, inputs, outputs)
         self._produced.update(outputs)
         op = self._current
@@ -327,6 +340,7 @@ class Graph:
 
     # --- the subgraph -------------------------------------------------------------------------------
     def convert(self) -> None:
+        """Map every operator of the subgraph in order; problems are collected, BAD_DATA raised at once."""
         sub = self.sub
         for t in sub.inputs:
             try:

@@ -123,6 +123,7 @@ def map_depthwise_conv_2d(graph: Graph, op: FlatOperator) -> None:
 
 @register("TRANSPOSE_CONV")
 def map_transpose_conv(graph: Graph, op: FlatOperator) -> None:
+    """TRANSPOSE_CONV_2D with the constant output shape (TFLite's input 0) and an optional bias."""
     need(op, (3, 4))
     o = op.options("TransposeConvOptions")
     shape_t, w_t, x_t = op.inputs[:3]
@@ -201,6 +202,7 @@ def map_pool(graph: Graph, op: FlatOperator) -> None:
 
 @register("FULLY_CONNECTED")
 def map_fully_connected(graph: Graph, op: FlatOperator) -> None:
+    """FULLY_CONNECTED over [batch, size] (inputs of other ranks reshaped; output reshaped back)."""
     need(op, (2, 3), 1)
     o = op.options("FullyConnectedOptions")
     if o.WeightsFormat() != 0:
@@ -248,6 +250,7 @@ def _fully_connected_per_channel(graph: Graph, op: FlatOperator, x: Spec, w: Spe
 
 @register("BATCH_MATMUL")
 def map_batch_matmul(graph: Graph, op: FlatOperator) -> None:
+    """NNAPI feature-level-6 BATCH_MATMUL: same types and batch dimensions (it does not broadcast)."""
     need(op, 2)
     o = op.options("BatchMatMulOptions")
     a, b = graph.spec_of(op.inputs[0]), graph.spec_of(op.inputs[1])

@@ -110,6 +110,7 @@ def map_binary(graph: Graph, op: FlatOperator) -> None:
 
 @register("POW")
 def map_pow(graph: Graph, op: FlatOperator) -> None:
+    """NNAPI POW, float32 only."""
     need(op, 2)
     if graph.spec_of(op.inputs[0]).type != T.TENSOR_FLOAT32:
         raise Unsupported("NNAPI POW is float only")
@@ -202,6 +203,7 @@ def map_select(graph: Graph, op: FlatOperator) -> None:
 
 @register("CAST")
 def map_cast(graph: Graph, op: FlatOperator) -> None:
+    """NNAPI CAST between the types it converts (float32, float16, int32, uint8)."""
     need(op, 1)
     ok = (T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_QUANT8_ASYMM)
     for t in (op.inputs[0], op.outputs[0]):

@@ -38,6 +38,7 @@ def map_dequantize(graph: Graph, op: FlatOperator) -> None:
 
 @register("QUANTIZE")
 def map_quantize(graph: Graph, op: FlatOperator) -> None:
+    """QUANTIZE from float; a requantization (quantized input) through float."""
     need(op, 1)
     x, y = graph.spec_of(op.inputs[0]), graph.spec_of(op.outputs[0])
     if y.type not in QUANT8:

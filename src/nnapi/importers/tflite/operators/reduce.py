@@ -22,6 +22,7 @@ def _axes(graph: Graph, op: FlatOperator) -> int:
 
 @register("MEAN")
 def map_mean(graph: Graph, op: FlatOperator) -> None:
+    """MEAN keeping the input quantization; through float when the output's quantization differs."""
     need(op, 2)
     keep = bool(op.options("ReducerOptions").KeepDims())
     x, y = graph.spec_of(op.inputs[0]), graph.spec_of(op.outputs[0])
@@ -53,6 +54,7 @@ def map_reduce(graph: Graph, op: FlatOperator) -> None:
 
 @register("SOFTMAX")
 def map_softmax(graph: Graph, op: FlatOperator) -> None:
+    """SOFTMAX with its beta (a FLOAT16 scalar for float16 inputs)."""
     need(op, 1)
     beta = float(op.options("SoftmaxOptions").Beta())
     x = graph.spec_of(op.inputs[0])
@@ -62,12 +64,14 @@ def map_softmax(graph: Graph, op: FlatOperator) -> None:
 
 @register("LOG_SOFTMAX")
 def map_log_softmax(graph: Graph, op: FlatOperator) -> None:
+    """LOG_SOFTMAX over the last axis (TFLite has no beta or axis)."""
     need(op, 1)
     simple(graph, op, Op.LOG_SOFTMAX, [op.inputs[0]], [graph.f32(1.0), graph.i32(-1)])
 
 
 @register("L2_NORMALIZATION")
 def map_l2_normalization(graph: Graph, op: FlatOperator) -> None:
+    """L2_NORMALIZATION, its fused activation as a separate operation."""
     need(op, 1)
     act = op.options("L2NormOptions").FusedActivationFunction()
     out, finish = separate_activation(graph, op.outputs[0], act)
@@ -77,6 +81,7 @@ def map_l2_normalization(graph: Graph, op: FlatOperator) -> None:
 
 @register("LOCAL_RESPONSE_NORMALIZATION")
 def map_local_response_normalization(graph: Graph, op: FlatOperator) -> None:
+    """LOCAL_RESPONSE_NORMALIZATION with its radius, bias, alpha and beta."""
     need(op, 1)
     o = op.options("LocalResponseNormalizationOptions")
     simple(graph, op, Op.LOCAL_RESPONSE_NORMALIZATION, [op.inputs[0]],

@@ -29,6 +29,7 @@ def map_reshape(graph: Graph, op: FlatOperator) -> None:
 
 @register("CONCATENATION")
 def map_concatenation(graph: Graph, op: FlatOperator) -> None:
+    """CONCATENATION along the (non-negative) axis, its fused activation as a separate operation."""
     if not op.inputs or len(op.outputs) != 1:
         raise Unsupported(f"{len(op.inputs)} inputs and {len(op.outputs)} outputs")
     o = op.options("ConcatenationOptions")
@@ -46,6 +47,7 @@ def _pairs(graph: Graph, t: int, rank: int, what: str) -> np.ndarray:
 
 @register("PAD", "PADV2")
 def map_pad(graph: Graph, op: FlatOperator) -> None:
+    """PAD, or PAD_V2 with a constant pad value (PADV2, or PAD with a third input)."""
     need(op, (2, 3))
     x = graph.spec_of(op.inputs[0])
     pad = graph.const_i32(_pairs(graph, op.inputs[1], len(x.dims), "paddings"))
@@ -68,6 +70,7 @@ def map_pad(graph: Graph, op: FlatOperator) -> None:
 
 @register("TRANSPOSE")
 def map_transpose(graph: Graph, op: FlatOperator) -> None:
+    """TRANSPOSE by a constant permutation."""
     need(op, 2)
     perm = const_ints(graph, op.inputs[1], "perm")
     simple(graph, op, Op.TRANSPOSE, [op.inputs[0]], [graph.const_i32(perm)])
@@ -108,6 +111,7 @@ def _strided_dims(graph: Graph, op: FlatOperator) -> tuple[int, ...]:
 
 @register("SLICE")
 def map_slice(graph: Graph, op: FlatOperator) -> None:
+    """SLICE with constant begin and size."""
     need(op, 3)
     rank = len(graph.spec_of(op.inputs[0]).dims)
     begin = graph.const_i32(const_ints(graph, op.inputs[1], "begin", rank))
@@ -117,6 +121,7 @@ def map_slice(graph: Graph, op: FlatOperator) -> None:
 
 @register("SPLIT")
 def map_split(graph: Graph, op: FlatOperator) -> None:
+    """SPLIT into equal parts along a constant axis."""
     if len(op.inputs) != 2 or not op.outputs:
         raise Unsupported(f"{len(op.inputs)} inputs and {len(op.outputs)} outputs")
     axis = const_ints(graph, op.inputs[0], "axis", 1)[0]
@@ -151,6 +156,7 @@ def map_split_v(graph: Graph, op: FlatOperator) -> None:
 
 @register("GATHER")
 def map_gather(graph: Graph, op: FlatOperator) -> None:
+    """GATHER along an axis (int32 indices, or constant int64 ones; no batch_dims)."""
     need(op, 2)
     o = op.options("GatherOptions")
     if o.BatchDims():
@@ -169,6 +175,7 @@ def map_gather(graph: Graph, op: FlatOperator) -> None:
 
 @register("TILE")
 def map_tile(graph: Graph, op: FlatOperator) -> None:
+    """TILE by constant multiples."""
     need(op, 2)
     rank = len(graph.spec_of(op.inputs[0]).dims)
     simple(graph, op, Op.TILE, [op.inputs[0]], [graph.const_i32(const_ints(graph, op.inputs[1], "multiples", rank))])
@@ -185,6 +192,7 @@ def map_depth_space(graph: Graph, op: FlatOperator) -> None:
 
 @register("SPACE_TO_BATCH_ND")
 def map_space_to_batch_nd(graph: Graph, op: FlatOperator) -> None:
+    """SPACE_TO_BATCH_ND with constant block shape and paddings (NHWC)."""
     need(op, 3)
     block = graph.const_i32(const_ints(graph, op.inputs[1], "block shape", 2))
     pads = _pairs(graph, op.inputs[2], 2, "paddings")
@@ -193,6 +201,7 @@ def map_space_to_batch_nd(graph: Graph, op: FlatOperator) -> None:
 
 @register("BATCH_TO_SPACE_ND")
 def map_batch_to_space_nd(graph: Graph, op: FlatOperator) -> None:
+    """BATCH_TO_SPACE_ND with a constant block shape (NNAPI has no crops: they must be 0)."""
     need(op, 3)
     if any(const_ints(graph, op.inputs[2], "crops")):
         raise Unsupported("non-zero crops have no NNAPI equivalent")
