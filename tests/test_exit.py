@@ -70,4 +70,7 @@ def test_ctrl_c_during_a_benchmark_exits_130(tmp_path, device):
         time.sleep(delay)
         bench.send_signal(signal.SIGINT)
         _, err = bench.communicate(timeout=120)
-        assert bench.returncode in (0, 130) and "terminate called" not in err, (delay, bench.returncode, err[-800:])
+        # 130 from the command's own handling; -SIGINT when the signal came while Python was still importing
+        # `nnapi` (before any of the command's code runs, as on a loaded machine): the shell reports 130 too.
+        assert bench.returncode in (0, 130, -signal.SIGINT) and "terminate called" not in err, \
+            (delay, bench.returncode, err[-800:])
