@@ -168,3 +168,39 @@ def test_loading_a_file_is_traced_as_an_import(add_tflite, tmp_path):
     (prepare,) = [e for e in events if e["name"] == "prepare"]
     assert imported["ph"] == "X" and imported["args"]["path"] == str(add_tflite)
     assert imported["ts"] + imported["dur"] <= prepare["ts"] + 1e-3
+
+
+def test_run_batch_gives_each_feeds_outputs_in_order_as_one_by_one_runs(add_tflite):
+    model = nnapi.load(add_tflite, devices="reference")
+    feeds = [{"pixels": np.full((1, 8), k, np.float32)} for k in range(9)]
+    expected = [model.run(feed)["scores"] for feed in feeds]
+    for in_flight in (1, 3, 16):
+        outs = model.run_batch(feeds, in_flight=in_flight)
+        assert len(outs) == 9 and all(list(o) == ["scores"] for o in outs)
+        for out, want in zip(outs, expected):
+            np.testing.assert_array_equal(out["scores"], want)
+            np.testing.assert_array_equal(out["output_0"], want)           # the names `run` answers to
+    stream = model.stream(iter([[f["pixels"]] for f in feeds]))           # an iterator in, one out
+    np.testing.assert_array_equal(next(stream)["scores"], expected[0])
+    assert [o["scores"][0, 0] for o in stream] == [k for k in range(1, 9)]
+    assert model.run_batch([]) == []
+
+
+def test_run_batch_errors_name_the_feed_index(add_tflite):
+    model = nnapi.load(add_tflite, devices="reference")
+    good = np.zeros((1, 8), np.float32)
+    with pytest.raises(nnapi.NnError, match=r"run_batch: feed 2: run: input 'pixels' expects float32") as e:
+        model.run_batch([good, good, good.astype(np.float64), good])
+    assert e.value.code == nnapi.ResultCode.BAD_DATA
+    with pytest.raises(nnapi.NnError, match=r"run_batch: feed 1: run: no input named 'image'"):
+        model.run_batch([{"pixels": good}, {"image": good}])
+    outs = model.run_batch([good.astype(np.float64)], cast=True)            # cast as `run` does
+    np.testing.assert_array_equal(outs[0]["scores"], np.arange(8, dtype=np.float32)[None])
+    with pytest.raises(nnapi.NnError, match="in_flight must be"):
+        model.run_batch([good], in_flight=0)
+
+
+def test_run_batch_with_sizes_known_only_at_run_time():
+    model = nnapi.load(two_input_model((0, 2)), devices="reference")
+    feeds = [[np.ones((n, 2), np.float32)] * 2 for n in (1, 3, 2)]
+    assert [o["output_0"].shape for o in model.run_batch(feeds)] == [(1, 2), (3, 2), (2, 2)]

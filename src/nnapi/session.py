@@ -18,16 +18,21 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Mapping, Sequence
+from collections import deque
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from .hal import ExecutionPreference, NnError, Priority, ResultCode
 from .importers import ImportedModel, TensorInfo, load_tflite
 from .ops import numpy_dtype
-from .runtime import Compilation, Device, Execution, Model, model_token
+from .runtime import Compilation, Device, Event, Execution, Model, model_token
 
 __all__ = ["CompiledModel", "Outputs", "TensorInfo", "check_inputs", "describe", "load"]
+
+#: Executions `run_batch` / `stream` keep in flight unless told: two keep a device busy while the next
+#: feed is checked and bound, and the last one's outputs are read (more only queue on 2 CPUs).
+IN_FLIGHT = 2
 
 _PRIORITY_NAMES = {"low": Priority.LOW, "medium": Priority.MEDIUM, "high": Priority.HIGH}
 
@@ -215,6 +220,87 @@ class CompiledModel:
         arrays, _ = self.prepare(inputs, cast=cast)
         # (the compilation's direct path when the arrays fit its request template, else an Execution)
         return Outputs(self.outputs, self.compilation.execute(arrays, timeout=timeout))
+
+    def run_batch(self, feeds: Iterable[Mapping[str, Any] | Sequence[Any] | np.ndarray], *, cast: bool = False,
+                  timeout: float | None = None, in_flight: int = IN_FLIGHT) -> list[Outputs]:
+        """Run every feed (each what `run` takes) and return their outputs in feed order, the same as
+        running them one by one, with up to `in_flight` executions running at once (the runtime's
+        asynchronous executions) so the device stays busy. An error is an NnError naming the feed index."""
+        return list(self.stream(feeds, cast=cast, timeout=timeout, in_flight=in_flight))
+
+    def stream(self, feeds: Iterable[Mapping[str, Any] | Sequence[Any] | np.ndarray], *, cast: bool = False,
+               timeout: float | None = None, in_flight: int = IN_FLIGHT) -> Iterator[Outputs]:
+        """`run_batch` as an iterator: yields each feed's outputs in feed order while later feeds run,
+        taking feeds from `feeds` (any iterable, e.g. a generator reading files) as it goes."""
+        if isinstance(in_flight, bool) or not isinstance(in_flight, int) or in_flight < 1:
+            raise _bad(f"run_batch: in_flight must be a whole number of at least 1, got {in_flight!r}")
+        shapes = [o.shape for o in self.outputs]
+        asynchronous = all(s is not None and None not in s for s in shapes)  # (else sizes come from the run)
+        pending: deque[tuple[int, list[np.ndarray | None], Event | None, list[np.ndarray]]] = deque()
+        try:
+            for index, feed in enumerate(feeds):
+                arrays = self._feed(index, feed, cast)
+                if not asynchronous:
+                    yield self._outputs_of(index, arrays, None, [], timeout)
+                    continue
+                while len(pending) >= in_flight:
+                    yield self._outputs_of(*pending.popleft(), timeout)
+                event, buffers = self._start(index, arrays, shapes, timeout)
+                pending.append((index, arrays, event, buffers))
+            while pending:
+                yield self._outputs_of(*pending.popleft(), timeout)
+        finally:
+            for _, _, event, _ in pending:  # (an error or a consumer that stopped early: let them end)
+                if event is not None:
+                    try:
+                        event.wait()
+                    except NnError:
+                        pass  # (a feed after the one reported)
+
+    def _feed(self, index: int, feed: Any, cast: bool) -> list[np.ndarray | None]:
+        """Feed `index` checked against the model, in input order (errors name the feed)."""
+        try:
+            return self.prepare(feed, cast=cast)[0]
+        except NnError as e:
+            raise _at_feed(index, e) from None
+
+    def _start(self, index: int, arrays: list[np.ndarray | None], shapes: list[tuple],
+               timeout: float | None) -> tuple[Event | None, list[np.ndarray]]:
+        """An asynchronous execution of feed `index` into fresh output buffers (None: it could not start,
+        and the run is done synchronously when its turn comes)."""
+        execution = Execution(self.compilation)
+        buffers = [np.empty(shape, np.dtype(o.dtype)) for shape, o in zip(shapes, self.outputs)]
+        try:
+            for k, array in enumerate(arrays):
+                execution.set_input(k, array)
+            for k, buffer in enumerate(buffers):
+                execution.set_output(k, buffer)
+            return execution.start_compute(timeout=timeout or None), buffers
+        except NnError:
+            return None, []  # (the synchronous run reports it, naming the feed)
+
+    def _outputs_of(self, index: int, arrays: list[np.ndarray | None], event: Event | None,
+                    buffers: list[np.ndarray], timeout: float | None) -> Outputs:
+        """Feed `index`'s outputs: its asynchronous execution's buffers once `event` is done, else (no
+        event, or output sizes that grew) a synchronous run; an error names the feed."""
+        try:
+            if event is not None:
+                try:
+                    event.wait()
+                    return Outputs(self.outputs, buffers)
+                except NnError as e:
+                    if e.code != ResultCode.OUTPUT_INSUFFICIENT_SIZE:
+                        raise
+            return Outputs(self.outputs, self.compilation.execute(arrays, timeout=timeout))
+        except NnError as e:
+            raise _at_feed(index, e) from None
+
+
+def _at_feed(index: int, error: NnError) -> NnError:
+    """`error` (same status and code) with a message naming the feed of `run_batch` it came from."""
+    message = f"run_batch: feed {index}: {error.message}"
+    by_code = str(error).startswith(f"{error.code.name}:")  # (as it was raised: a ResultCode or a HAL status)
+    return NnError(error.code if by_code else error.status, message, output_shapes=error.output_shapes)
 
 
 def describe(model: Model | ImportedModel) -> tuple[list[TensorInfo], list[TensorInfo]]:
