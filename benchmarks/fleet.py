@@ -8,9 +8,13 @@ redis-server, which this starts on a free port and stops).
    process of a host that already has the model in its cache folder).
 2. Batch inference: `--rows` inputs (the reference input plus noise) through `nnapi batch` on the local
    Ray, against a plain single-process `model.run` loop and a LiteRT loop on the same thread budget.
-   Goals: Ray's cost within 15% of the plain loop, outputs identical to it.
+   Goals: Ray's cost within 15% of the plain loop, outputs identical to it. The table splits `nnapi
+   batch`'s time (its `--timings`): Python start, ray.init, the actors' start and model loads (Ray's fixed
+   costs) against the stream (reading, inference, writing: ours), and gives the steady rows/s once the
+   actors are up, beside `model.run_batch` in process.
 
     python benchmarks/fleet.py [--actors 8] [--rows 10000] [--models mobilenet_v2_f32,resnet_mini_int8]
+                               [--batch-actors 2] [--only fleet|batch]
 
 Prints a table and, as its last line, one JSON object with every figure.
 """
@@ -116,6 +120,9 @@ def fleet_compiles(args, store_url: str, work: str) -> dict:
 
 
 def batch_inference(args, work: str) -> dict:
+    """`nnapi batch` over `--rows` files against in-process loops (plain `model.run`, `run_batch`, LiteRT),
+    with the subprocess's own breakdown (`--timings`): Python start and imports, ray.init, the actors'
+    start and model loads, the batches, steady rows/s once the actors are up."""
     import nnapi
     path = os.path.join(MODELS, "keras", "mobilenet_v2_int8.tflite")
     x = np.load(os.path.join(MODELS, "reference", "mobilenet_v2_int8.npz"))["input_0"]
@@ -127,10 +134,18 @@ def batch_inference(args, work: str) -> dict:
         row = np.clip(x.astype(np.int16) + rng.integers(-3, 4, x.shape), -128, 127).astype(np.int8)
         rows.append(row)
         np.save(os.path.join(folder, f"img{k:05d}.npy"), row)
+    start = time.perf_counter()
+    read = [np.load(os.path.join(folder, f)) for f in sorted(os.listdir(folder))]
+    read_s = time.perf_counter() - start
+    del read
     model = nnapi.load(path)
+    model.run([rows[0]])
     start = time.perf_counter()
     plain = [np.asarray(list(model.run([row]).values())[0]) for row in rows]
     plain_s = time.perf_counter() - start
+    start = time.perf_counter()
+    batched = [np.asarray(list(o.values())[0]) for o in model.run_batch([[row] for row in rows])]
+    run_batch_s = time.perf_counter() - start
     from ai_edge_litert.interpreter import Interpreter
     it = Interpreter(model_path=path, num_threads=2)
     it.allocate_tensors()
@@ -142,9 +157,12 @@ def batch_inference(args, work: str) -> dict:
         it.get_tensor(o)
     litert_s = time.perf_counter() - start
     out = os.path.join(work, "out")
+    timings_file = os.path.join(work, "timings.json")
+    launched = time.time()
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "nnapi.cli", "batch", path, folder, "--output", out, "--actors", "2",
-                           "--batch-size", "64"], capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "nnapi.cli", "batch", path, folder, "--output", out, "--actors",
+                           str(args.batch_actors), "--batch-size", "64", "--timings", timings_file],
+                          capture_output=True, text=True)
     ray_s = time.perf_counter() - start
     if done.returncode:
         sys.exit(done.stderr[-2000:])
@@ -152,9 +170,39 @@ def batch_inference(args, work: str) -> dict:
     table = pq.read_table(out).to_pydict()
     same = all(np.array_equal(np.asarray(v).reshape(-1), plain[int(str(rid)[3:8])].reshape(-1))
                for rid, v in zip(table["id"], table["output_0"]))
-    return {"rows": args.rows, "plain_rows_s": round(args.rows / plain_s, 1), "litert_rows_s": round(args.rows / litert_s, 1),
+    t = json.load(open(timings_file))
+    steady = t.get("steady_rows_s")
+    breakdown = {  # (seconds; Ray's fixed costs first, then ours)
+        "python_start_s": round(t["process_started"] - launched, 3), "ray_init_s": round(t["ray_init_s"], 3),
+        "actors_started_s": t["actors_started_s"], "actor_load_s": t["actor_load_s"], "actors_up_s": t["actors_up_s"],
+        "first_batch_done_s": t["first_batch_done_s"], "last_batch_done_s": t["last_batch_done_s"],
+        "infer_busy_s": t["infer_busy_s"], "run_s": t["run_s"],
+        "after_run_s": round(ray_s - (t["process_started"] - launched) - t["ray_init_s"] - t["run_s"], 3),
+        "read_files_in_process_s": round(read_s, 3)}
+    return {"rows": args.rows, "actors": args.batch_actors, "plain_rows_s": round(args.rows / plain_s, 1),
+            "run_batch_rows_s": round(args.rows / run_batch_s, 1), "litert_rows_s": round(args.rows / litert_s, 1),
             "ray_rows_s": round(args.rows / ray_s, 1), "ray_over_plain": round(ray_s / plain_s, 3),
+            "ray_run_rows_s": round(args.rows / t["run_s"], 1), "ray_run_over_plain": round(t["run_s"] / plain_s, 3),
+            "ray_steady_rows_s": steady, "ray_steady_over_plain": round(args.rows / plain_s / steady, 3) if steady else None,
+            "breakdown": breakdown,
+            "run_batch_identical": all(np.array_equal(a, b) for a, b in zip(plain, batched)),
             "outputs_identical": same and len(table["id"]) == args.rows, "summary": done.stdout.strip().splitlines()[-1]}
+
+
+def _batch_table(batch: dict) -> None:
+    """The batch rows: rows/s of each way, then where `nnapi batch`'s time went."""
+    print(f"batch inference, mobilenet_v2_int8, {batch['rows']} rows, {batch['actors']} actors (rows/s):")
+    for label, key in (("plain model.run loop", "plain_rows_s"), ("model.run_batch", "run_batch_rows_s"),
+                       ("LiteRT loop", "litert_rows_s"), ("nnapi batch, whole command", "ray_rows_s"),
+                       ("nnapi batch, after ray.init", "ray_run_rows_s"),
+                       ("nnapi batch, steady (actors up)", "ray_steady_rows_s")):
+        print(f"  {label:<34}{str(batch[key]):>10}")
+    print(f"  Ray over plain: whole {batch['ray_over_plain']}x, after ray.init {batch['ray_run_over_plain']}x, "
+          f"steady {batch['ray_steady_over_plain']}x; outputs identical: {batch['outputs_identical']} "
+          f"(run_batch: {batch['run_batch_identical']})")
+    print("  where nnapi batch's time went (s; the stream's times from the start of the run, after ray.init):")
+    for key, value in batch["breakdown"].items():
+        print(f"    {key:<30}{str(value):>12}")
 
 
 def main() -> None:
@@ -162,26 +210,33 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=8)
     parser.add_argument("--rows", type=int, default=10_000)
     parser.add_argument("--models", default="mobilenet_v2_f32,resnet_mini_int8")
+    parser.add_argument("--batch-actors", type=int, default=2, help="nnapi batch's --actors (default 2)")
+    parser.add_argument("--only", choices=("fleet", "batch"), help="run one part only")
     args = parser.parse_args()
-    import ray
     work = tempfile.mkdtemp(prefix="nnapi-fleet-bench-")
-    server, url = _redis(work)
+    compiles: dict = {}
+    batch: dict = {}
     try:
-        ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False)
-        compiles = fleet_compiles(args, url, work)
-        ray.shutdown()
-        batch = batch_inference(args, work)
+        if args.only != "batch":
+            import ray
+            server, url = _redis(work)
+            try:
+                ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False)
+                compiles = fleet_compiles(args, url, work)
+                ray.shutdown()
+            finally:
+                server.terminate()
+        if args.only != "fleet":
+            batch = batch_inference(args, work)
     finally:
-        server.terminate()
         shutil.rmtree(work, ignore_errors=True)
     print(f"{'model':<22}{'compiles':>9}{'fleet hits':>11}{'compile s':>10}{'fleet hit s':>12}{'local hit s':>12}"
           f"{'fleet/local':>12}")
     for name, f in compiles.items():
         print(f"{name:<22}{f['compiles']:>9}{f['fleet_hits']:>11}{f['first_compile_s']:>10}{str(f['fleet_hit_s']):>12}"
               f"{str(f['local_hit_s']):>12}{str(f.get('fleet_over_local')):>12}")
-    print(f"batch inference, mobilenet_v2_int8, {batch['rows']} rows: nnapi batch {batch['ray_rows_s']} rows/s, "
-          f"plain loop {batch['plain_rows_s']}, LiteRT loop {batch['litert_rows_s']}; Ray over plain "
-          f"{batch['ray_over_plain']}x; outputs identical: {batch['outputs_identical']}")
+    if batch:
+        _batch_table(batch)
     print(json.dumps({"actors": args.actors, "compiles": compiles, "batch": batch}))
 
 

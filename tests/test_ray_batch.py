@@ -140,6 +140,40 @@ def test_nnapi_batch_over_a_folder_or_parquet(tmp_path, form):
         np.testing.assert_array_equal(np.asarray(value).reshape(-1), expected[k].reshape(-1))
 
 
+def test_the_actors_tell_a_tally_their_outcomes_and_batches(local_ray):
+    from nnapi.ray import predict, tally
+    _, rows = _inputs(10)
+    told = tally("nnapi-test-tally")
+    ds = ray.data.from_items([{"id": f"img{k}", "keras_tensor": row} for k, row in enumerate(rows)])
+    out = predict(ds, MODEL, batch_size=4, concurrency=2, num_cpus=0.5, report="nnapi-test-tally").take_all()
+    expected = _plain(rows)
+    for r in out:  # (through run_batch: what one-by-one runs give)
+        np.testing.assert_array_equal(r["output_0"], expected[int(r["id"][3:])])
+    report = ray.get(told.report.remote())
+    assert 1 <= len(report["actors"]) <= 2
+    assert all(a["outcome"] in ("compile", "hit", "fleet") and a["load_s"] > 0 for a in report["actors"].values())
+    assert sum(rows for rows, _, _ in report["batches"]) == 10
+    assert all(start <= end for _, start, end in report["batches"])
+
+
+def test_nnapi_batch_writes_where_the_time_went(tmp_path):
+    import json
+    _, rows = _inputs(6)
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for k, row in enumerate(rows):
+        np.save(folder / f"img{k:02d}.npy", row)
+    out = subprocess.run([sys.executable, "-m", "nnapi.cli", "batch", MODEL, str(folder), "--output",
+                          str(tmp_path / "out"), "--actors", "1", "--batch-size", "4", "--timings",
+                          str(tmp_path / "t.json")], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1].startswith("6 rows in")
+    timings = json.loads((tmp_path / "t.json").read_text())
+    assert timings["rows"] == 6 and timings["actors"] == 1 and len(timings["actor_load_s"]) == 1
+    assert timings["ray_init_s"] > 0 and 0 < timings["first_batch_done_s"] <= timings["last_batch_done_s"]
+    assert timings["infer_busy_s"] > 0 and timings["run_s"] >= timings["last_batch_done_s"] - 1
+
+
 @pytest.mark.parametrize("service", [False, True], ids=["in-process", "served"])
 def test_sharded_certification_gives_the_counts_of_a_local_run(tmp_path, service):
     """`nnapi cts PATH --ray-address local`: the vectors sharded across Ray tasks, each hosting the driver

@@ -2,7 +2,11 @@
 
 Built on `Dataset.map_batches` with a callable class: each actor holds one compiled `nnapi.load` session,
 created in its `__init__` (with the app's cache folder, and a driver-side fleet tier when `fleet` names a
-store, so a fleet of actors compiles each model once). Batches are numpy, zero-copy where Ray gives them so.
+store, so a fleet of actors compiles each model once). Batches are numpy, zero-copy where Ray gives them so,
+and run through `CompiledModel.run_batch` (several executions in flight). Each actor's model gets as many
+threads as the actor has CPUs (at least one), so actors and model threads do not oversubscribe the machine.
+`report` names a `Tally` actor (see `tally`) that hears each actor's cache outcome and load time and each
+batch's rows and times, which is how `nnapi batch` reports without a pass over the output.
 
 Rows: one sample each, in a column per model input (named by the input's signature name, tensor name or
 `input_N`), holding the tensor without the model's batch dimension; an `id` column is kept as it comes.
@@ -13,7 +17,9 @@ run again, so every input row appears in the output once. Needs the extra `nnapi
 """
 from __future__ import annotations
 
+import math
 import os
+import time
 import uuid
 from typing import Any, Sequence
 
@@ -23,13 +29,41 @@ import numpy as np
 ACTOR, CACHE = "_nnapi_actor", "_nnapi_cache"
 
 
+class Tally:
+    """What the actors of one `predict` tell (a Ray actor of its own, by name): each actor's cache outcome
+    and load seconds, and each batch's rows and wall-clock start and end."""
+
+    def __init__(self) -> None:
+        self.actors: dict[str, dict] = {}
+        self.batches: list[tuple[int, float, float]] = []
+
+    def actor(self, actor: str, outcome: str, started: float, load_s: float) -> None:
+        self.actors[actor] = {"outcome": outcome, "started": started, "load_s": load_s}
+
+    def batch(self, rows: int, start: float, end: float) -> None:
+        self.batches.append((rows, start, end))
+
+    def report(self) -> dict:
+        """{"actors": {id: {outcome, started, load_s}}, "batches": [(rows, start, end), ...]}."""
+        return {"actors": dict(self.actors), "batches": list(self.batches)}
+
+
+def tally(name: str):
+    """A new `Tally` actor named `name` (no CPU of its own), for `predict(..., report=name)`."""
+    import ray
+    return ray.remote(num_cpus=0)(Tally).options(name=name).remote()
+
+
 class Predictor:
     """One Ray actor's compiled model (`nnapi.load` once, in `__init__`); called with numpy batches."""
 
     def __init__(self, model: str, devices: Sequence[str] | None, cache_dir: str | None, priority: Any,
-                 fleet: str | None, stats: bool) -> None:
+                 fleet: str | None, stats: bool, threads: int | None = None, report: str | None = None) -> None:
+        started = time.time()
         if fleet:
             os.environ["NNAPI_FLEET"] = fleet  # (read by the drivers of this actor's process)
+        if threads and "NNAPI_OPENVINO_THREADS" not in os.environ:
+            os.environ["NNAPI_OPENVINO_THREADS"] = str(threads)  # (this actor's CPUs, not the machine's)
         from .session import load
         self.session = load(model, devices, cache_dir=cache_dir, priority=priority)
         self.inputs = self.session.inputs
@@ -38,6 +72,11 @@ class Predictor:
         outcomes = [c.outcome for c in self.session.cache_outcomes]
         self.outcome = "compile" if not outcomes or "miss" in outcomes or "disabled" in outcomes else (
             "fleet" if "fleet" in outcomes else "hit")
+        self.tally = None
+        if report:
+            import ray
+            self.tally = ray.get_actor(report)
+            self.tally.actor.remote(self.actor, self.outcome, started, time.time() - started)
 
     def _feeds(self, batch: dict[str, np.ndarray]) -> list[np.ndarray]:
         """Each model input's column of `batch`, by any of its names."""
@@ -60,18 +99,24 @@ class Predictor:
         rows = len(columns[0])
         model_batch = [info.shape[0] if info.shape and info.shape[0] else 1 for info in self.inputs]
         per_run = min(model_batch)
-        outputs: dict[str, list[np.ndarray]] = {}
-        for start in range(0, rows, per_run):
-            feeds = []
+        began = time.time()
+        starts = range(0, rows, per_run)
+        feeds = []
+        for start in starts:
+            feed = []
             for column, info, b in zip(columns, self.inputs, model_batch):
                 chunk = column[start:start + b]
                 if len(chunk) < b:  # the last one, padded with copies of its last row
                     chunk = np.concatenate([chunk, np.repeat(chunk[-1:], b - len(chunk), axis=0)])
-                feeds.append(np.ascontiguousarray(chunk, dtype=np.dtype(info.dtype)))
-            result = self.session.run(feeds)
+                feed.append(np.ascontiguousarray(chunk, dtype=np.dtype(info.dtype)))
+            feeds.append(feed)
+        outputs: dict[str, list[np.ndarray]] = {}
+        for start, result in zip(starts, self.session.run_batch(feeds)):
             for name in result:
                 outputs.setdefault(self._output_name(name), []).append(np.asarray(result[name])[:rows - start])
         out: dict[str, Any] = {name: np.concatenate(parts) for name, parts in outputs.items()}
+        if self.tally is not None:
+            self.tally.batch.remote(rows, began, time.time())
         if "id" in batch:
             out["id"] = batch["id"]
         if self.stats:
@@ -88,10 +133,12 @@ class Predictor:
 
 def predict(dataset, model: str | os.PathLike, *, devices: Sequence[str] | str | None = None,
             cache_dir: str | os.PathLike | None = None, batch_size: int = 64, concurrency: int = 2,
-            num_cpus: float = 1, priority: Any = "medium", fleet: str | None = None, stats: bool = False):
+            num_cpus: float = 1, priority: Any = "medium", fleet: str | None = None, stats: bool = False,
+            report: str | None = None):
     """The model's outputs for every row of `dataset` (a `ray.data.Dataset`), as a `ray.data.Dataset`
     with the `id` column and one column per model output (see the module doc). `concurrency` actors,
-    each with `num_cpus`; `stats` adds the columns ACTOR and CACHE (what `nnapi batch` reports).
+    each with `num_cpus` (and that many model threads, at least one); `stats` adds the columns ACTOR and
+    CACHE; `report` names a `Tally` actor (`tally(name)`) to tell instead (what `nnapi batch` reports).
 
     The model is checked here first: one that cannot be imported is one NnError naming it, not a
     traceback from every actor."""
@@ -105,4 +152,4 @@ def predict(dataset, model: str | os.PathLike, *, devices: Sequence[str] | str |
         Predictor, batch_size=batch_size, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=concurrency),
         num_cpus=num_cpus, zero_copy_batch=True,
         fn_constructor_args=(os.path.abspath(path), names, None if cache_dir is None else os.fspath(cache_dir),
-                             priority, fleet, stats))
+                             priority, fleet, stats, max(1, math.floor(num_cpus)), report))
