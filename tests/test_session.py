@@ -198,6 +198,8 @@ def test_run_batch_errors_name_the_feed_index(add_tflite):
     np.testing.assert_array_equal(outs[0]["scores"], np.arange(8, dtype=np.float32)[None])
     with pytest.raises(nnapi.NnError, match="in_flight must be"):
         model.run_batch([good], in_flight=0)
+    with pytest.raises(nnapi.NnError, match=r"run_batch: feed 0: .*invalid timeout"):   # the run's own errors
+        model.run_batch([good, good], timeout=-1)
 
 
 def test_run_batch_with_sizes_known_only_at_run_time():

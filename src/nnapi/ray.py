@@ -17,7 +17,6 @@ run again, so every input row appears in the output once. Needs the extra `nnapi
 """
 from __future__ import annotations
 
-import math
 import os
 import time
 import uuid
@@ -48,7 +47,7 @@ class Tally:
         return {"actors": dict(self.actors), "batches": list(self.batches)}
 
 
-def tally(name: str):
+def tally(name: str) -> Any:
     """A new `Tally` actor named `name` (no CPU of its own), for `predict(..., report=name)`."""
     import ray
     return ray.remote(num_cpus=0)(Tally).options(name=name).remote()
@@ -137,7 +136,7 @@ def predict(dataset, model: str | os.PathLike, *, devices: Sequence[str] | str |
             report: str | None = None):
     """The model's outputs for every row of `dataset` (a `ray.data.Dataset`), as a `ray.data.Dataset`
     with the `id` column and one column per model output (see the module doc). `concurrency` actors,
-    each with `num_cpus` (and that many model threads, at least one); `stats` adds the columns ACTOR and
+    each with `num_cpus` (and that many model threads, rounded, at least one); `stats` adds the columns ACTOR and
     CACHE; `report` names a `Tally` actor (`tally(name)`) to tell instead (what `nnapi batch` reports).
 
     The model is checked here first: one that cannot be imported is one NnError naming it, not a
@@ -152,4 +151,4 @@ def predict(dataset, model: str | os.PathLike, *, devices: Sequence[str] | str |
         Predictor, batch_size=batch_size, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=concurrency),
         num_cpus=num_cpus, zero_copy_batch=True,
         fn_constructor_args=(os.path.abspath(path), names, None if cache_dir is None else os.fspath(cache_dir),
-                             priority, fleet, stats, max(1, math.floor(num_cpus)), report))
+                             priority, fleet, stats, max(1, round(num_cpus)), report))

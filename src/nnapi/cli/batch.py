@@ -28,6 +28,10 @@ import numpy as np
 #: Input files per Ray block: big enough that a block's task costs little beside its reading, small
 #: enough that blocks stream to the actors (256 of mobilenet's 150 KB inputs: 38 MB).
 FILES_PER_BLOCK = 256
+#: The CPU share a read (or write) task asks Ray for: reading, decoding and writing cost a few per cent
+#: of inference (mobilenet: 0.3 ms a file against 4-8 ms a run), so the actors get the rest of the CPUs
+#: (a write task asking a whole CPU would wait for the actors to end, and the outputs pile up).
+READ_CPUS = 0.25
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -87,7 +91,7 @@ def _files(ray_data, files: list[str], names: list[list[str]], shapes: list[tupl
     per file, or per few, costs more than the file), each read and decoded a batch at a time."""
     blocks = max(1, math.ceil(len(files) / FILES_PER_BLOCK))
     paths = ray_data.from_items([{"path": f} for f in files], override_num_blocks=blocks)
-    return paths.map_batches(_read_files, batch_size=batch_size, batch_format="numpy",
+    return paths.map_batches(_read_files, batch_size=batch_size, batch_format="numpy", num_cpus=READ_CPUS,
                              fn_args=(names, shapes))
 
 
@@ -132,18 +136,19 @@ def run(args: argparse.Namespace) -> int:
                 table = table.append_column("id", [list(range(table.num_rows))])
             ds = ray.data.from_arrow(table)
         devices = [d.strip() for d in args.device.split(",")] if args.device else None
-        # The actors share the CPUs, one kept for reading and decoding the input (each actor's model gets
-        # threads for its share: an actor per CPU would leave none to read with, and Ray would wait).
+        # The actors share the CPUs but a read task's share (each actor's model gets threads for its
+        # share, rounded: the actors' threads and the machine's cores match, and reading still runs).
         cpus = float(ray.cluster_resources().get("CPU", 1))
-        per_actor = max(0.01, (cpus - 1) / args.actors) if cpus > 1 else cpus / (args.actors + 1)
+        per_actor = max(0.01, (cpus - READ_CPUS) / args.actors)
         name = f"nnapi-batch-{uuid.uuid4().hex[:12]}"
         told = tally(name)
+        before = _parquet_files(args.output)
         predict(ds, args.model, devices=devices, cache_dir=args.cache_dir, batch_size=args.batch_size,
                 concurrency=args.actors, num_cpus=per_actor, fleet=args.fleet, report=name
-                ).write_parquet(args.output)  # (streamed: no materialized copy, no pass over the rows)
+                ).write_parquet(args.output, ray_remote_args={"num_cpus": READ_CPUS})  # (streamed: no copy)
         elapsed = time.perf_counter() - start
         report = ray.get(told.report.remote())
-        rows = _rows_written(args.output)
+        rows = _rows_written(args.output, before)
     except (ray.exceptions.RayError, ValueError, OSError, NnError) as e:
         return _fail(str(e).strip().splitlines()[-1][:500])
     finally:
@@ -159,12 +164,17 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _rows_written(output: str) -> int:
-    """The rows of the Parquet output (its files' metadata; nothing is read)."""
+def _parquet_files(output: str) -> set[str]:
+    """The Parquet files at `output` now (a folder's, or the file itself)."""
+    if os.path.isdir(output):
+        return {os.path.join(output, f) for f in os.listdir(output) if f.endswith(".parquet")}
+    return {output} if os.path.exists(output) else set()
+
+
+def _rows_written(output: str, before: set[str]) -> int:
+    """The rows of the Parquet files this run wrote (not those `before` it): their metadata, nothing read."""
     import pyarrow.parquet as pq
-    paths = [os.path.join(output, f) for f in os.listdir(output) if f.endswith(".parquet")] \
-        if os.path.isdir(output) else [output]
-    return sum(pq.read_metadata(p).num_rows for p in paths)
+    return sum(pq.read_metadata(p).num_rows for p in sorted(_parquet_files(output) - before))
 
 
 def _timings(timings: dict, report: dict, rows: int, elapsed: float, start_wall: float) -> dict:
