@@ -16,7 +16,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 log = logging.getLogger("nnapi.qos")
 #: How long the process's exit waits, in all, for threads running driver code to end.
@@ -52,6 +52,46 @@ def start(target: Callable[..., Any], *args: Any, name: str, stop: Callable[[], 
         atexit.register(_end_all)
     thread.start()
     return thread
+
+
+class Batch:
+    """Calls running side by side on driver threads (`run_all`); `results()` waits for them."""
+
+    def __init__(self, calls: Sequence[Callable[[], Any]], name: str, workers: int) -> None:
+        self._calls = list(calls)
+        self._results: list[Any] = [None] * len(self._calls)
+        self._errors: list[BaseException | None] = [None] * len(self._calls)
+        self._next = 0
+        self._lock = threading.Lock()
+        self._threads = [start(self._work, name=f"{name}-{k}") for k in range(max(1, min(workers, len(self._calls))))]
+
+    def _work(self) -> None:
+        while not exiting():
+            with self._lock:
+                k, self._next = self._next, self._next + 1
+            if k >= len(self._calls):
+                return
+            try:
+                self._results[k] = self._calls[k]()
+            except BaseException as e:  # handed to whoever waits, in `results`
+                self._errors[k] = e
+
+    def results(self) -> list[Any]:
+        """Every call's result, in order, once all have ended; the first call's error that failed."""
+        for thread in self._threads:
+            thread.join()
+        for error in self._errors:
+            if error is not None:
+                raise error
+        if self._next < len(self._calls):
+            raise RuntimeError("the process is exiting: driver work was not started")
+        return self._results
+
+
+def run_all(calls: Sequence[Callable[[], Any]], *, name: str, workers: int | None = None) -> Batch:
+    """Run `calls` side by side on at most `workers` (default: the CPUs) threads started by `start`,
+    so the process's exit waits for them as for every thread that runs driver code."""
+    return Batch(calls, name, workers if workers is not None else (os.cpu_count() or 1))
 
 
 def _end_all() -> None:

@@ -4,7 +4,8 @@ compiling driver.
 A device's performance numbers are ratios to the reference driver (lower is better), as the HAL
 defines them. At first use the calibration runs one small convolutional workload (CONV_2D 3x3 + RELU,
 CONV_2D 1x1, ADD, on a 1x32x32x16 input: typical float work, per-call overheads included) on the
-device and on the reference driver, float32 and float16, in interleaved rounds until the rounds agree
+device's steady twin and on the baseline's (`DriverDevice.calibration_twin`, the baseline found by its
+entry point: this module imports no driver), float32 and float16, in interleaved rounds until the rounds agree
 (a confidence bound, not one sample), and stores the median ratio in the driver's state directory
 (`calibration-<driver>-<version>-<variant>.json`), so later processes read it back; `forget` drops it
 (`nnapi devices --calibrate`).
@@ -16,6 +17,7 @@ import json
 import os
 import statistics
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -122,11 +124,11 @@ def _ratio(device: _Timed, reference: _Timed) -> dict:
             "ratio": min(max(median, 0.001), 10.0), "rounds": len(ratios), "spread": (q3 - q1) / median}
 
 
-def measure(device, steady) -> dict:
-    """Ratios device / reference on the calibration workload, per float type; `steady` is the device as
-    it runs in the steady state (for XLA: the optimised executable at once, no caching engine)."""
-    from ..reference import ReferenceDevice
-    reference = ReferenceDevice(jit=False, engine=False)
+def measure(device, steady, baseline) -> dict:
+    """Ratios device / baseline on the calibration workload, per float type; `steady` is the device as
+    it runs in the steady state (for XLA: the optimised executable at once, no caching engine), and
+    `baseline` the baseline driver's (the reference interpreter, planned at preparation)."""
+    reference = baseline
     result = {}
     for name, dtype in (("float32", np.float32), ("float16", np.float16)):
         model = calibration_model(np.dtype(dtype))
@@ -139,9 +141,9 @@ def _path(device, variant: str) -> str:
     return os.path.join(state_dir(), f"calibration-{device.NAME}-{device.version}-{variant}.json")
 
 
-def load_or_measure(device, steady, variant: str = "cpu") -> dict:
+def load_or_measure(device, steady, baseline, variant: str = "cpu") -> dict:
     """The stored calibration of this driver version and backend, else a new one (stored when the
-    state directory is usable)."""
+    state directory is usable); `steady` and `baseline` make the devices it measures (only then)."""
     try:
         path = _path(device, variant)
         with open(path, encoding="utf-8") as f:
@@ -150,7 +152,7 @@ def load_or_measure(device, steady, variant: str = "cpu") -> dict:
             return data
     except (OSError, ValueError, AttributeError):
         pass
-    data = measure(device, steady)
+    data = measure(device, steady(), baseline())
     try:
         path = _path(device, variant)
     except OSError:
@@ -179,7 +181,8 @@ def forget() -> int:
     return dropped
 
 
-def capabilities(device, steady, *, variant: str = "cpu", types=None) -> Capabilities:
+def capabilities(device, steady: Callable[[], object], baseline: Callable[[], object], *, variant: str = "cpu",
+                 types=None) -> Capabilities:
     """Capabilities from the calibration (or the NNAPI_<DRIVER>_PERFORMANCE override) for the operand
     types `types` (default: float, int32 and bool ones; a type maps to the float32 or float16 ratio);
     IF / WHILE run their subgraphs inside the same compiled program: float speed."""
@@ -188,7 +191,7 @@ def capabilities(device, steady, *, variant: str = "cpu", types=None) -> Capabil
         if override:
             ratios = {"float32": float(override), "float16": float(override)}
         else:
-            data = load_or_measure(device, steady, variant)
+            data = load_or_measure(device, steady, baseline, variant)
             ratios = {k: float(data[k]["ratio"]) for k in ("float32", "float16")}
     except Exception:  # never fail discovery over a calibration
         ratios = {"float32": FALLBACK, "float16": FALLBACK}

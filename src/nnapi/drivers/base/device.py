@@ -20,6 +20,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, ClassVar
 
+from ..._version import __version__
 from ...caching import (CachingEngine, IntegrityRegistry, load_artifacts, model_fingerprint, save_artifacts,
                         state_dir)
 from ...hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId, DeviceInfo, DeviceType,
@@ -28,8 +29,10 @@ from ...memory import mappable_constant_flags, max_tensor_bytes
 from ...memory.domains import DriverDomain
 from ...qos import Scheduler, estimate_peak_bytes, normalize_deadline, threads
 from ...validation import validate_model, validate_preference, validate_priority
+from .job import CacheWriter, CompileJob, close_handles, dup_handles, handles_empty
 from .prepared import DriverPreparedModel, client_uid
-from .shared import ClaimMemo, Lru
+from .shared import ClaimMemo, Lru, source_fingerprint
+from .verified import VerifiedContent, content_of
 
 if TYPE_CHECKING:
     from ...caching.fleet import Fleet
@@ -46,112 +49,6 @@ def env_int(name: str) -> int | None:
     """A non-negative integer from the environment, None when unset or not a number."""
     value = os.environ.get(name, "").strip()
     return int(value) if value.isdigit() else None
-
-
-class CompileJob:
-    """One preparation as the driver's `compile` / `load` sees it: the model (None when loading from a
-    cache), preference, priority and deadline, a checkpoint, and the cache writer for later saves."""
-
-    def __init__(self, model: Model | None, preference: ExecutionPreference, priority: Priority,
-                 deadline: int | None, writer: Callable[[], "CacheWriter | None"] | None = None, *,
-                 uid: int = 0) -> None:
-        self.model = model
-        self.preference = preference
-        self.priority = priority
-        self.deadline = deadline
-        self._writer = writer
-        #: The app the preparation is for (what a driver shares between preparations stays within it).
-        self.uid = uid
-        #: When loading from the app's cache: the SHA-256 the integrity registry vouched for, which
-        #: names the cached content (a driver may reuse what it decoded from the same content before).
-        self.verified: bytes | None = None
-        #: What the driver's `holds` found it already holds of that content (given to `load`, which then
-        #: gets no data blobs).
-        self.held: object | None = None
-        self.deferred = False
-        self._aborted = threading.Event()
-
-    def checkpoint(self, where: str = "") -> None:
-        """Between units of compile work: MISSED_DEADLINE_TRANSIENT once the deadline has passed or the
-        preparation was abandoned."""
-        if self._aborted.is_set() or (self.deadline is not None and time.monotonic_ns() > self.deadline):
-            raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                          "preparation: the deadline passed" + (f" before {where}" if where else ""))
-
-    def abort(self) -> None:
-        self._aborted.set()
-
-    @property
-    def aborted(self) -> bool:
-        return self._aborted.is_set()
-
-    def set_writer(self, writer: Callable[[], "CacheWriter | None"] | None) -> None:
-        """Where later saves go (the app's cache files or the caching engine)."""
-        self._writer = writer
-
-    def keep_cache(self) -> "CacheWriter | None":
-        """A writer that saves the prepared model's artifacts again later (multi-stage compilation);
-        None without caching information. The cache is also written at preparation."""
-        return self._writer() if self._writer is not None else None
-
-    def defer_cache(self) -> "CacheWriter | None":
-        """As `keep_cache`, but the base does not write the cache at preparation: the driver writes it
-        with the writer once it has what to save (just-in-time compilation, C11)."""
-        writer = self.keep_cache()
-        self.deferred = writer is not None
-        return writer
-
-
-class CacheWriter:
-    """Duplicated cache handles (or an engine key) kept to save a prepared model's artifacts later (C11)."""
-
-    def __init__(self, save: Callable[[DriverPreparedModel], None], handles: CacheHandles | None = None) -> None:
-        self._save = save
-        self.handles = handles
-
-    def __call__(self, prepared: DriverPreparedModel) -> None:
-        """Save (once); failing to save only means no cache."""
-        try:
-            self._save(prepared)
-        finally:
-            self.close()
-
-    def close(self) -> None:
-        handles, self.handles = self.handles, None
-        if handles is not None:
-            _close(handles)
-
-    def __del__(self) -> None:
-        self.close()
-
-
-def _empty(handles: CacheHandles) -> bool:
-    """Whether every cache file is empty (nothing was ever written to them: C3)."""
-    try:
-        return all(os.fstat(fd).st_size == 0 for fd in (*handles.model_cache, *handles.data_cache))
-    except OSError:
-        return False
-
-
-def _dup(handles: CacheHandles) -> CacheHandles:
-    dups: list[int] = []
-    try:
-        for fd in (*handles.model_cache, *handles.data_cache):
-            dups.append(os.dup(fd))
-    except (OSError, TypeError):
-        for fd in dups:
-            os.close(fd)
-        raise
-    n = len(handles.model_cache)
-    return CacheHandles(tuple(dups[:n]), tuple(dups[n:]))
-
-
-def _close(handles: CacheHandles) -> None:
-    for fd in (*handles.model_cache, *handles.data_cache):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
 
 
 _domains_lock = threading.Lock()
@@ -190,10 +87,24 @@ class DriverDevice(IDevice):
         self._claim_memo: Lru[list[bool]] = Lru(256)
         self._claim_store: ClaimMemo | None = None
 
+    #: The package folders (relative to `nnapi`) whose code decides what the driver claims and compiles:
+    #: their fingerprint is part of the version (an edited checkout is a new driver version, C9).
+    VERSION_SOURCES: ClassVar[tuple[str, ...]] = ()
+    #: The driver its calibration measures against (`nnapi.drivers` entry point; see `calibrated_capabilities`).
+    CALIBRATION_BASELINE: ClassVar[str] = "reference"
+
     # --- what a driver fills in ---------------------------------------------------------------------
     def driver_version(self) -> str:
-        """The version string: a new one never trusts caches an older one wrote (C9)."""
-        raise NotImplementedError
+        """The version string: a new one never trusts caches an older one wrote (C9). By default the
+        package's version, then `version_parts` and the fingerprint of VERSION_SOURCES."""
+        parts = [__version__, *(f"{k}{v}" for k, v in self.version_parts().items())]
+        if self.VERSION_SOURCES:
+            parts.append(f"src{source_fingerprint(*self.VERSION_SOURCES)}")
+        return "+".join(parts)
+
+    def version_parts(self) -> dict[str, str]:
+        """What else the compiled code depends on (the backend library's version, the CPU), by name."""
+        return {}
 
     def capabilities(self) -> Capabilities:
         raise NotImplementedError
@@ -217,14 +128,41 @@ class DriverDevice(IDevice):
     def holds(self, job: CompileJob, digest: bytes) -> bool:
         """Whether the driver still holds the data blobs of the verified content `digest` names, as app
         `job.uid` loaded or saved them (kept on `job.held`): its data cache files are then not read
-        again, and `load` gets None for them. By default it holds nothing."""
-        return False
+        again, and `load` gets None for them. By default: what the driver offered `content.hold`."""
+        job.held = self.content.held(digest, job.uid)
+        return job.held is not None
 
     def load(self, model_blobs: list[memoryview], data_blobs: list[memoryview] | None, job: CompileJob
              ) -> DriverPreparedModel:
         """A prepared model from verified cache blobs (its preference and priority come with them);
         `data_blobs` is None when `holds` said the driver has them (`job.held`)."""
         raise NotImplementedError
+
+    def calibration_twin(self) -> "DriverDevice":
+        """The device as it runs in the steady state, which the calibration times (by default one
+        without the caching engine, on the same scheduler)."""
+        return type(self)(engine=False, scheduler=self.scheduler)
+
+    def calibration_variant(self) -> str:
+        """Which backend the stored calibration is for (a GPU measures apart from the CPU)."""
+        return "cpu"
+
+    def calibrated_capabilities(self, types=None) -> Capabilities:
+        """Capabilities measured against the CALIBRATION_BASELINE driver's twin (`base.calibration`: stored
+        in the state directory) for the operand `types` (default: float, int32 and bool ones);
+        NNAPI_<NAME>_PERFORMANCE overrides the measurement."""
+        from . import calibration
+        return calibration.capabilities(self, self.calibration_twin, self.calibration_baseline,
+                                        variant=self.calibration_variant(), types=types)
+
+    def calibration_baseline(self) -> "DriverDevice":
+        """The baseline's steady twin, found through the `nnapi.drivers` entry points (the base imports
+        no driver)."""
+        from importlib.metadata import entry_points
+        found = [ep for ep in entry_points(group="nnapi.drivers") if ep.name == self.CALIBRATION_BASELINE]
+        if not found:
+            raise LookupError(f"no {self.CALIBRATION_BASELINE!r} driver to calibrate against")
+        return found[0].load()().calibration_twin()
 
     def estimate_compile_ns(self, model: Model) -> int:
         """A lower bound of `compile`'s duration (admission: refused when even this misses the deadline)."""
@@ -283,6 +221,12 @@ class DriverDevice(IDevice):
     @property
     def domain(self) -> DriverDomain:
         return self.shared_domain()
+
+    @property
+    def content(self) -> VerifiedContent:
+        """What verified cache content decoded to, in this process, for every device of this driver
+        class (`base.verified`): reused by later loads of the same digest."""
+        return content_of(type(self))
 
     def tensor_limit_bytes(self) -> int:
         """The most bytes one tensor computed at run time may take: the memory limit, else
@@ -368,7 +312,7 @@ class DriverDevice(IDevice):
         saved = None
         if has_cache:
             try:
-                saved = _dup(cache_handles)  # the caller may close its fds once we return
+                saved = dup_handles(cache_handles)  # the caller may close its fds once we return
             except (OSError, TypeError) as e:  # bad handles only mean no cache (never a failed preparation)
                 log.info("%s: cache handles unusable, compiling without caching: %s", self.NAME, e)
                 has_cache = False
@@ -381,7 +325,7 @@ class DriverDevice(IDevice):
             prepared = self._on_ticket(ticket, job, lambda: self._compile(job, saved, token))
         finally:
             if saved is not None:
-                _close(saved)
+                close_handles(saved)
         prepared.bind(self, uid)
         return prepared
 
@@ -409,7 +353,7 @@ class DriverDevice(IDevice):
     def _cache_writer(self, handles: CacheHandles, token: bytes, uid: int) -> Callable[[], CacheWriter]:
         """What `CompileJob.keep_cache` calls: duplicates the (still open) handles into a writer."""
         def make() -> CacheWriter:
-            dups = _dup(handles)
+            dups = dup_handles(handles)
             return CacheWriter(lambda prepared: self._save(dups, token, prepared, uid), dups)
         return make
 
@@ -463,7 +407,7 @@ class DriverDevice(IDevice):
                 return prepared
             job.set_writer(lambda: CacheWriter(lambda p: self._engine_put(engine_key, p)))
         refused = None
-        if handles is not None and self.fleet is not None and _empty(handles):  # (C3: nothing cached here yet)
+        if handles is not None and self.fleet is not None and handles_empty(handles):  # (C3: nothing cached here yet)
             prepared, refused = self._from_fleet(job, handles, token)
             if prepared is not None:
                 return prepared

@@ -3,6 +3,7 @@ LRU of loaded artifacts, a one-time loader of self-registering rule modules, and
 memo of what a driver claimed for a model."""
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import sqlite3
@@ -20,6 +21,7 @@ V = TypeVar("V")
 _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
+@functools.lru_cache(maxsize=16)
 def source_fingerprint(*folders: str) -> str:
     """8 hex digits of the Python files in `folders` (relative to the package): a driver whose
     claiming or compiling code changed is a new driver version, which trusts no older cache (C9)."""

@@ -13,27 +13,17 @@ change its structure per request.
 """
 from __future__ import annotations
 
-from typing import Sequence
-
 from . import import_openvino
 
 import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
 import openvino.opset16 as ops
 
-from ...hal import Model, OperandLifeTime as L, OperandType as T
-from ...validation import ConstantReader, build_operation_context, infer_model_shapes, optional_input_fed_by_request
+from ...hal import Model
+from ...validation import ConstantReader, infer_model_shapes
 from .graph import Scope, compute_type, constant_value, lower_operation, table
-from .lowering import TENSOR_TYPES, Value, collecting_checks
+from .lowering import LOWERINGS, Value, collecting_checks
 
-_SCALARS = (T.INT32, T.FLOAT32, T.FLOAT16, T.BOOL, T.UINT32)
-
-
-def operand_ok(operand, dims: Sequence[int]) -> bool:
-    """A value the graph can hold: a scalar parameter, or a tensor of known, non-zero shape."""
-    t = T(operand.type)
-    if t.is_scalar:
-        return t in _SCALARS
-    return t in TENSOR_TYPES and len(dims) > 0 and all(d > 0 for d in dims)
+operand_ok = LOWERINGS.holds  # a value the graph can hold (`base.lowering.LoweringTable.holds`)
 
 
 def claim(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = True) -> bool:
@@ -43,27 +33,10 @@ def claim(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = Tr
 
 def refusal(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = True) -> str | None:
     """Why one operation of `sub` is not claimed, or None when it is."""
-    entry = table().get(op.type)
-    if entry is None:
-        return "no lowering rule"
-    for i in (*op.inputs, *op.outputs):
-        operand = sub.operands[i]
-        if operand.lifetime == L.NO_VALUE:
-            continue
-        if entry.control and T(operand.type) == T.SUBGRAPH:
-            continue
-        if not operand_ok(operand, dims[i]):
-            return f"operand {i} ({T(operand.type).name} {list(dims[i])}) cannot be held"
-        if T(operand.type).is_scalar and operand.lifetime not in (L.CONSTANT_COPY, L.CONSTANT_REFERENCE):
-            return f"scalar operand {i} is not a constant"
-    try:
-        ctx = build_operation_context(model, sub, op, dims=dims, constants=reader)
-    except Exception as e:
-        return f"no context: {e}"
-    if not ctx.inputs or ctx.inputs[0].type not in entry.types:
-        return f"input 0 of type {ctx.inputs[0].type.name if ctx.inputs else None} is not lowered"
-    if top and optional_input_fed_by_request(sub, op, ctx):
-        return "an optional input is a model input"
+    admitted = table().admit(model, sub, op, dims, reader, top=top)
+    if isinstance(admitted, str):
+        return admitted
+    entry, ctx = admitted
     xs: list[Value | None] = []
     for t in ctx.inputs:
         if t.omitted:

@@ -28,11 +28,10 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..._version import __version__
 from ...hal import (Capabilities, DeviceType, ErrorStatus, ExecutionPreference, Model, NnError, OperandLifeTime,
                    OperandType)
 from ...qos.estimate import operation_work
-from ..base import CompileJob, DriverDevice, Lru, env_flag, env_int, source_fingerprint
+from ..base import CompileJob, DriverDevice, env_flag, env_int
 from . import import_openvino
 
 if TYPE_CHECKING:
@@ -51,14 +50,6 @@ def model_work(model: Model) -> int:
     """The work of one execution of `model`, each loop body counted once."""
     return sum(operation_work(sub, op) for sub in (model.main, *model.referenced) for op in sub.operations)
 
-
-
-@functools.lru_cache(maxsize=1)
-def lowering_fingerprint() -> str:
-    """The code that decides what is claimed and how it lowers: this driver with its rules, the driver
-    base, `ops/`, `validation/`, `hal/`."""
-    return source_fingerprint("drivers/openvino", "drivers/openvino/rules", "drivers/base", "ops", "validation",
-                              "hal")
 
 
 @functools.lru_cache(maxsize=1)
@@ -121,26 +112,14 @@ def cpu_features() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
-def _compiled_key(export, config: dict) -> bytes:
-    """Exported bytes (verified by the integrity registry before any import, so xxh3-128 identifies
-    them; no adversary chooses them) and the properties they are compiled with."""
-    import xxhash
-    h = xxhash.xxh3_128(export)
-    h.update(repr(sorted(config.items())).encode())
-    return h.digest()
-
-
-#: Compiled models of this process (with what their memory points into) by `_compiled_key`: a cache hit
-#: on bytes this process exported or imported before reuses the compiled model instead of importing it.
-COMPILED: "Lru[tuple[ov.CompiledModel, list]]" = Lru(8)
-
-
 class OpenVinoDevice(DriverDevice):
     """See the module doc."""
 
     NAME = NAME
     CACHE_FILES = (1, 0)
     REMEMBER_CLAIMS = True  # proving claims lowers every operation on stand-in inputs
+    #: The code that decides what is claimed and how it lowers (an edited checkout is a new driver version).
+    VERSION_SOURCES = ("drivers/openvino", "drivers/openvino/rules", "drivers/base", "ops", "validation", "hal")
     HANDOFF_NS = 0  # inference is native and stopped by cancellation: higher-priority work starts at once
     DEVICE_TYPE = DeviceType.CPU
 
@@ -151,18 +130,18 @@ class OpenVinoDevice(DriverDevice):
         self._core: ov.Core | None = None
         self._core_lock = threading.Lock()
 
-    # --- identity ------------------------------------------------------------------------------------
-    def driver_version(self) -> str:
-        return f"{__version__}+ov{openvino_version()}+cpu{cpu_features()}+src{lowering_fingerprint()}"
+    # --- identity and calibration (hooks of the base) --------------------------------------------------
+    def version_parts(self) -> dict[str, str]:
+        return {"ov": openvino_version(), "cpu": cpu_features()}
 
     def capabilities(self) -> Capabilities:
-        """Measured against the reference driver at first use (`drivers.base.calibration`, stored in the
-        state directory); quantized types get the float ratio (the reference's integer kernels are slower
-        still). NNAPI_OPENVINO_PERFORMANCE overrides the measurement."""
-        from ..base import calibration
-        types = [t for t in OperandType if t not in (OperandType.SUBGRAPH, OperandType.OEM, OperandType.TENSOR_OEM_BYTE)]
-        steady = type(self)(threads=self._threads, pinning=self._pinning, engine=False, scheduler=self.scheduler)
-        return calibration.capabilities(self, steady, types=types)
+        """Measured at first use (`DriverDevice.calibrated_capabilities`); quantized types get the float
+        ratio (the reference's integer kernels are slower still)."""
+        return self.calibrated_capabilities([t for t in OperandType if t not in (
+            OperandType.SUBGRAPH, OperandType.OEM, OperandType.TENSOR_OEM_BYTE)])
+
+    def calibration_twin(self) -> "OpenVinoDevice":
+        return type(self)(threads=self._threads, pinning=self._pinning, engine=False, scheduler=self.scheduler)
 
     @property
     def core(self) -> "ov.Core":
@@ -240,9 +219,12 @@ class OpenVinoDevice(DriverDevice):
             export = prepared.compiled.export_model()
             if hasattr(export, "getbuffer"):  # an io.BytesIO
                 export = export.getbuffer()
-            key = _compiled_key(export, self.config(prepared.preference, prepared.model))
-            COMPILED.put(key, (prepared.compiled, prepared.keep_alive))
         return [cache.to_blob(prepared.model, prepared.preference, prepared.priority, export)], []
+
+    def saved(self, prepared: "OpenVinoPreparedModel", digest: bytes, uid: int) -> None:
+        """A later load of this content with the same properties imports nothing (`base.verified`)."""
+        variant = repr(sorted(self.config(prepared.preference, prepared.model).items()))
+        self.content.keep(digest, (prepared.compiled, prepared.keep_alive), variant)
 
     def load(self, model_blobs, data_blobs, job: CompileJob) -> "OpenVinoPreparedModel":
         import_openvino()
@@ -250,8 +232,8 @@ class OpenVinoDevice(DriverDevice):
         from .prepared_model import OpenVinoPreparedModel
         model, preference, priority, export = cache.from_blob(model_blobs[0])
         config = self.config(preference, model)
-        key = _compiled_key(export, config)
-        hit = COMPILED.get(key)
+        variant = repr(sorted(config.items()))
+        hit = self.content.decoded(job.verified, variant)
         if hit is not None:
             compiled, keep_alive = hit
         else:
@@ -263,7 +245,7 @@ class OpenVinoDevice(DriverDevice):
                               f"openvino cannot import the cached model: {type(e).__name__}: "
                               f"{str(e).splitlines()[0][:300]}") from None
             keep_alive = [export]  # the compiled model may read its weights from the blob in place
-            COMPILED.put(key, (compiled, keep_alive))
+            self.content.keep(job.verified, (compiled, keep_alive), variant)
         has_budget = len(compiled.inputs) == len(model.main.input_indexes) + 1
         return OpenVinoPreparedModel(model, preference, priority, compiled, export=export, has_budget=has_budget,
                                      keep_alive=keep_alive)
@@ -274,4 +256,4 @@ def _compile_error(e: Exception) -> NnError:
                    f"openvino compilation failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
 
 
-__all__ = ["OpenVinoDevice", "NAME", "cpu_features", "lowering_fingerprint"]
+__all__ = ["OpenVinoDevice", "NAME", "cpu_features"]

@@ -16,7 +16,6 @@ loop timeout (executions are pure functions of their inputs).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from ...hal import ErrorStatus, Model, NnError, OperandLifeTime as L, OperandTyp
 from ...ops import OpContext, Tensor
 from ...validation import ConstantReader, build_operation_context, infer_model_shapes
 from .unroll import unroll_loops
-from . import rules
+from ..base.lowering import LoweringTable, with_dims
 from .lowering import (B8, F16, F32, I32, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value,
                        as_value, collecting_checks, dequantize_input, dequantized_array, fake_quantize, i64)
 
@@ -49,10 +48,9 @@ _PER_TENSOR_QUANT = REAL_TYPES - {F32, F16, Q8PC}
 MAX_DEPTH = 8
 
 
-def table() -> dict:
+def table() -> LoweringTable:
     """The lowering table with every rule module loaded."""
-    rules.load_all()
-    return LOWERINGS
+    return LOWERINGS.load()
 
 
 def compute_type(t: T) -> ov.Type:
@@ -138,7 +136,7 @@ class Scope:
         if len(sub.input_indexes) != len(inputs):
             raise Unsupported(f"referenced subgraph {index} takes {len(sub.input_indexes)} inputs, "
                               f"{len(inputs)} given")
-        model = _with_dims(self.model, index, {i: v.shape for i, v in zip(sub.input_indexes, inputs)})
+        model = with_dims(self.model, index, {i: v.shape for i, v in zip(sub.input_indexes, inputs)})
         sub = model.referenced[index]
         dims = infer_model_shapes(model, index)
         inner = self if inline else Scope(model, self.depth + 1, self.reader)
@@ -190,17 +188,6 @@ class Body:
             return None
         flag = functools.reduce(lambda a, b: ops.logical_or(a, b).output(0), [bad for bad, _ in self.checks])
         return flag, "; ".join(dict.fromkeys(message for _, message in self.checks))
-
-
-def _with_dims(model: Model, index: int, dims: dict[int, tuple[int, ...]]) -> Model:
-    """The model with operands of referenced subgraph `index` declared with the given dimensions."""
-    sub = model.referenced[index]
-    operands = list(sub.operands)
-    for i, d in dims.items():
-        operands[i] = dataclasses.replace(operands[i], dimensions=tuple(int(x) for x in d))
-    referenced = list(model.referenced)
-    referenced[index] = dataclasses.replace(sub, operands=operands)
-    return dataclasses.replace(model, referenced=referenced)
 
 
 # --- operations -------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ import openvino.opset16 as ops
 
 from ...hal import FusedActivationFunc, OperandType as T, OperationType as Op
 from ...ops import OpContext, Tensor
+from ..base import lowering as base_lowering
 
 F32, F16, I32, B8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8
 Q8A, Q8AS, Q8S, Q8PC = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM,
@@ -61,32 +62,25 @@ class Unsupported(Exception):
 
 
 @dataclass(frozen=True)
-class Lowering:
-    """One table entry."""
+class Lowering(base_lowering.Lowering):
+    """One table entry (`fn(ctx, xs)`; IF / WHILE: `control` is True and the rule is `fn(ctx, xs, scope)`,
+    lowering referenced subgraphs through the graph builder's `scope`: `graph.Scope`: `lower_subgraph`,
+    the loop budget, ran-out flags)."""
 
-    fn: Callable[[OpContext, list["Value | None"]], Sequence["Value | ov.Output"]]
-    #: Types input 0 may have.
-    types: tuple[T, ...]
+    control: bool = False
     #: The rule only moves or selects values: a quantized output with its inputs' quantization needs
     #: no requantization.
     keeps_grid: bool = False
-    #: IF / WHILE: the rule is `fn(ctx, xs, scope)` and lowers referenced subgraphs through the
-    #: graph builder's `scope` (`graph.Scope`: `lower_subgraph`, the loop budget, ran-out flags).
-    control: bool = False
 
 
-LOWERINGS: dict[Op, Lowering] = {}
-
-
-def lowers(*op_types: Op, types: tuple[T, ...] = FLOAT, keeps_grid: bool = False, control: bool = False):
-    """Register the decorated rule for `op_types` when input 0 has one of `types`."""
-    def wrap(fn: Callable) -> Callable:
-        for op in op_types:
-            if op in LOWERINGS:
-                raise RuntimeError(f"{op.name} lowered twice")
-            LOWERINGS[op] = Lowering(fn, tuple(types), keeps_grid, control)
-        return fn
-    return wrap
+#: The table (`drivers.base.lowering`): what the graph holds (every scalar parameter a constant), and
+#: where the rules are.
+LOWERINGS = base_lowering.LoweringTable(
+    "openvino", rules="nnapi.drivers.openvino.rules", tensor_types=TENSOR_TYPES, default_types=FLOAT,
+    scalar_types=(T.INT32, T.FLOAT32, T.FLOAT16, T.BOOL, T.UINT32), entry=Lowering, constant_scalars=True)
+#: `@lowers(*ops, types=FLOAT, keeps_grid=False, control=False)`: register the decorated rule for `ops`
+#: when input 0 has one of `types`.
+lowers = LOWERINGS.register
 
 
 # --- values ------------------------------------------------------------------------------------------

@@ -3,19 +3,19 @@
 Each execution takes an idle `InferRequest` of this prepared model (one per concurrent execution,
 kept for reuse), points its input and output tensors at the request's own memory (`ov.Tensor` over
 the Binding's zero-copy numpy views: shared memory is used in place, nothing is copied), and sets a
-tensor again only when the memory under it changed. The inference runs as an asynchronous request;
-an execution with a deadline waits on it until the deadline and then cancels it
-(`InferRequest.cancel()`), failing with MISSED_DEADLINE_TRANSIENT.
+tensor again only when the memory under it changed. The inference is one bounded native run of the
+driver base (`base.native`): with a deadline it runs as an asynchronous request, cancelled
+(`InferRequest.cancel()`) when the deadline passes (MISSED_DEADLINE_TRANSIENT), and higher-priority
+work cancels it and runs it again later.
 
 A graph with WHILE loops takes an iteration budget as its last input and tells whether a loop ran out
 of it as its last output (`graph.build`): the execution runs again with a larger budget, as large as
-the rest of the loop timeout and the deadline allow (`base.loops`), until no loop runs out, or fails
+the rest of the loop timeout and the deadline allow (`base.native.LoopBudgets`), until no loop runs out, or fails
 with MISSED_DEADLINE_TRANSIENT when the loops cannot finish in time.
 """
 from __future__ import annotations
 
 import threading
-import time
 from typing import Sequence
 
 import numpy as np
@@ -26,7 +26,7 @@ import openvino as ov
 
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
 from ..base import Binding, DriverPreparedModel
-from ..base.loops import IterationBudget, loop_depth
+from ..base.native import LoopBudgets, NativeCall, raise_failed_check, run_native
 from .graph import check_outputs
 from .lowering import writable_alias
 
@@ -89,7 +89,7 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         self.has_budget = has_budget
         #: (output index, one message per flag) of the graph's run-time checks (after the ran-out flag).
         self._checks = check_outputs(compiled, self._n_out + int(has_budget))
-        self._loop_budget = IterationBudget(loop_depth(model), MAX_LOOP_BUDGET, LOOP_BUDGET_GROWTH) if has_budget else None
+        self._loop_budget = LoopBudgets(model, MAX_LOOP_BUDGET, LOOP_BUDGET_GROWTH) if has_budget else None
         self._idle: list[_Request] = []
         self._lock = threading.Lock()
 
@@ -109,20 +109,10 @@ class OpenVinoPreparedModel(DriverPreparedModel):
 
     # --- one execution ---------------------------------------------------------------------------
     def run(self, binding: Binding) -> list:
-        while True:
-            req = self._take()
-            try:
-                return self._run(req, binding)
-            except _Preempted:
-                # Stopped for higher-priority work: pause here, then run again from scratch (Q4).
-                binding.checkpoint("an inference stopped for higher-priority work")
-            except BaseException:
-                # A failed or cancelled request is not reused: its state is unknown.
-                req = None
-                raise
-            finally:
-                if req is not None:
-                    self._give(req)
+        req = self._take()
+        results = self._run(req, binding)
+        self._give(req)  # (a failed or cancelled request is not reused: its state is unknown)
+        return results
 
     def _run(self, req: _Request, binding: Binding) -> list:
         r = req.request
@@ -159,10 +149,9 @@ class OpenVinoPreparedModel(DriverPreparedModel):
                     view = None
             views.append(view)
         if self.has_budget:
-            self._infer_with_budget(r, binding)  # (which reads the checks after each run)
+            self._loop_budget.run(lambda budget: self.call(r, binding, budget), binding)
         else:
-            self._preemptible_infer(r, binding)
-            self._raise_failed_checks(r)
+            self.call(r, binding)
         results = []
         for k, view in enumerate(views):
             own = req.own_outputs[k]
@@ -219,74 +208,15 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         req.arrays[k] = x
         return True
 
-    def _raise_failed_checks(self, r: ov.InferRequest) -> None:
-        """INVALID_ARGUMENT with the message of the first of the graph's run-time checks that failed."""
-        if self._checks is not None:
-            k, messages = self._checks
-            failed = r.get_output_tensor(k).data
-            if failed.any():
-                raise NnError(ErrorStatus.INVALID_ARGUMENT, messages[int(np.argmax(failed))])
-
-    def _infer_with_budget(self, r: ov.InferRequest, binding: Binding) -> None:
-        """Run until no loop runs out of its iteration budget (see the module doc)."""
-        def attempt(budget: int) -> tuple[bool, None]:
+    def call(self, r: ov.InferRequest, binding: Binding, budget: int | None = None) -> tuple[bool, None]:
+        """One inference (with an iteration budget for a graph with loops), bounded and preemptible
+        (`base.native`); its checks read; (whether a loop ran out of the budget, None)."""
+        if budget is not None:
             r.set_input_tensor(self._n_in, ov.Tensor(np.array(budget, np.int64)))
-            self._infer(r, binding.deadline)
-            self._raise_failed_checks(r)  # (a failed check ends the execution, however the loops went)
-            return bool(r.get_output_tensor(self._n_out).data), None
-
-        self._loop_budget.run(attempt, binding)
-
-    def _preemptible_infer(self, r: ov.InferRequest, binding: Binding) -> None:
-        """One inference that the scheduler may stop (`InferRequest.cancel()`) for higher-priority work:
-        then `_Preempted` (the request stays usable: a cancelled request runs again normally)."""
-        stopped: list[bool] = []
-
-        def stop() -> None:
-            stopped.append(True)
-            r.cancel()
-
-        with binding.preemptible(stop):
-            try:
-                self._infer(r, binding.deadline)
-            except NnError:
-                if stopped and binding.deadline is not None and time.monotonic_ns() < binding.deadline:
-                    raise _Preempted() from None
-                raise
-            except Exception:
-                if stopped:
-                    raise _Preempted() from None
-                raise
-        if stopped:  # stopped too late to matter: the results are complete
-            return
-
-    @staticmethod
-    def _infer(r: ov.InferRequest, deadline: int | None) -> None:
-        """Run the request; with a deadline, cancel it when the deadline passes."""
-        if deadline is None:
-            r.infer(share_outputs=True)  # (the outputs are read from their tensors: no copies into a dict)
-            return
-        r.start_async()
-        while True:
-            left_ms = (deadline - time.monotonic_ns()) // 1_000_000  # (wait_for takes an int32 of ms: in steps)
-            if r.wait_for(min(max(1, int(left_ms)), _MAX_WAIT_MS)):
-                return
-            if time.monotonic_ns() >= deadline:
-                r.cancel()
-                try:
-                    r.wait()
-                except Exception:  # the cancelled request reports its cancellation
-                    pass
-                raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                              "openvino execution: the deadline passed; the inference request was cancelled")
+        run_native(binding, NativeCall(lambda: r.infer(share_outputs=True), r.start_async, r.wait_for, r.cancel,
+                                       what="openvino execution"))
+        if self._checks is not None:  # (a failed check ends the execution, however the loops went)
+            raise_failed_check(self._checks[1], r.get_output_tensor(self._checks[0]).data)
+        return budget is not None and bool(r.get_output_tensor(self._n_out).data), None
 
 
-#: The longest wait `InferRequest.wait_for` takes (an int32 of milliseconds, 24.9 days).
-_MAX_WAIT_MS = 2**31 - 1
-
-
-class _Preempted(Exception):
-    """The inference was stopped for higher-priority work and runs again once granted."""
-
-
-__all__ = ["OpenVinoPreparedModel"]

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import threading
 
-from ..._version import __version__
 from ...hal import (Capabilities, DataLocation, ErrorStatus, Model, NnError, Operand, OperandLifeTime,
                     OperandPerformance, OperandType, Operation, OperationType, PerformanceInfo, Subgraph)
 from ...ops import find_operation
@@ -87,8 +86,9 @@ class ReferenceDevice(DriverDevice):
                          memory_limit_bytes=memory_limit_bytes, engine=engine)
         self.jit = env_flag("NNAPI_REFERENCE_JIT") if jit is None else jit
 
-    def driver_version(self) -> str:
-        return __version__
+    def calibration_twin(self) -> "ReferenceDevice":
+        """The baseline compiling drivers calibrate against: planned at preparation, no caching engine."""
+        return ReferenceDevice(jit=False, engine=False)
 
     def capabilities(self) -> Capabilities:
         one = PerformanceInfo(1.0, 1.0)

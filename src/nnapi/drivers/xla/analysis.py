@@ -13,73 +13,38 @@ and a compiled program cannot change its structure per request.
 """
 from __future__ import annotations
 
-import dataclasses
-from typing import Sequence
-
 import jax
 import jax.numpy as jnp
 
 from ...hal import Model, OperandLifeTime as L, OperandType as T
 from ...ops import numpy_dtype
-from ...validation import ConstantReader, build_operation_context, infer_model_shapes, optional_input_fed_by_request
-from . import control_flow, rules
-from .lowering import LOWERINGS, TENSOR_TYPES, LoweredOp, run_op
+from ...validation import ConstantReader, infer_model_shapes
+from ..base.lowering import with_dims
+from . import control_flow
+from .lowering import LOWERINGS, LoweredOp, run_op
 
-rules.load_all()  # the rules register themselves in LOWERINGS; this module is the table's reader
+LOWERINGS.load()  # the rules register themselves in LOWERINGS; this module is the table's reader
 
 #: Deepest nesting of IF / WHILE bodies the driver lowers.
 MAX_DEPTH = 8
 _VALUE_LIFETIMES = (L.SUBGRAPH_INPUT, L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT)
 
 
-def operand_ok(operand, dims: Sequence[int]) -> bool:
-    """A value the driver can hold: a supported scalar, or a tensor of known, non-zero shape."""
-    t = T(operand.type)
-    if t.is_scalar:
-        return t in (T.FLOAT32, T.FLOAT16, T.INT32, T.BOOL)
-    return t in TENSOR_TYPES and len(dims) > 0 and all(d > 0 for d in dims)
-
-
-def with_dims(model: Model, index: int | None, dims: dict[int, tuple[int, ...]]) -> Model:
-    """The model with the given operands of subgraph `index` (None: main) declared with `dims`."""
-    sub = model.subgraph(index)
-    operands = list(sub.operands)
-    for i, d in dims.items():
-        operands[i] = dataclasses.replace(operands[i], dimensions=tuple(int(x) for x in d))
-    new_sub = dataclasses.replace(sub, operands=operands)
-    if index is None:
-        return dataclasses.replace(model, main=new_sub)
-    referenced = list(model.referenced)
-    referenced[index] = new_sub
-    return dataclasses.replace(model, referenced=referenced)
+operand_ok = LOWERINGS.holds  # a value the driver can hold (`base.lowering.LoweringTable.holds`)
 
 
 def _static_check(model: Model, index: int | None, dims, op, k: int, reader: ConstantReader, depth: int,
                   top: bool) -> tuple[LoweredOp | None, tuple | None]:
     """(the lowered operation or None, for IF / WHILE the shapes their outputs get)."""
-    entry = LOWERINGS.get(op.type)
-    if entry is None:
+    admitted = LOWERINGS.admit(model, model.subgraph(index), op, dims, reader, top=top, control_outputs=False)
+    if isinstance(admitted, str):
         return None, None
-    sub = model.subgraph(index)
-    control = entry.control is not None
-    for i in (*op.inputs, *(() if control else op.outputs)):
-        operand = sub.operands[i]
-        if operand.lifetime == L.NO_VALUE or (control and operand.type == T.SUBGRAPH):
-            continue
-        if not operand_ok(operand, dims[i]):
-            return None, None
-    try:
-        ctx = build_operation_context(model, sub, op, dims=dims, constants=reader)
-    except Exception:
-        return None, None
-    if not ctx.inputs or ctx.inputs[0].type not in entry.types:
-        return None, None
-    if top and optional_input_fed_by_request(sub, op, ctx):
-        return None, None
-    if not control:
+    entry, ctx = admitted
+    if entry.control is None:
         return LoweredOp(k, tuple(op.inputs), tuple(op.outputs), ctx, entry), None
     if depth >= MAX_DEPTH:
         return None, None
+    sub = model.subgraph(index)
     lowered = entry.control(model, sub, op, ctx, dims, lambda g, specs: lower_graph(model, g, specs, depth + 1))
     if lowered is None:
         return None, None

@@ -10,22 +10,20 @@ Data cache (one file): every CONSTANT_REFERENCE value, 64-byte aligned, in the o
 the executable takes them as arguments; the loaded program reads it in place.
 
 Within a process, loads of the same verified content (the SHA-256 the registry vouched for) reuse
-what it decoded to (`DECODED`) and its executables (`program.LOADED`); the preparations of one app
+what it decoded to and its executables (the device's `content`, `base.verified`); the preparations of one app
 also share its device constants while one holds them: such a hit reads and verifies the model cache
 and not the 14 MB data cache (`XlaDevice.holds`), and places no weights again.
 """
 from __future__ import annotations
 
 import dataclasses
-import os
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 
 import jax
 
 from ...hal import ErrorStatus, ExecutionPreference, MemoryPool, Model, NnError, Priority
 from ...hal.serialize import model_from_bytes, model_to_bytes
-from ..base import Lru
+from ...qos import threads
+from ..base.verified import VerifiedContent
 from . import program as prog
 
 
@@ -43,8 +41,8 @@ def to_artifacts(model: Model, data: bytes, sig: prog.Signature, segments, stage
 
 @dataclasses.dataclass(frozen=True)
 class Decoded:
-    """What a verified model cache decodes to, apart from the executables themselves (kept by the
-    SHA-256 of their bytes in `program.LOADED`)."""
+    """What a verified model cache decodes to: its header, structure and loaded executables (kept by
+    the device's `content`, keyed by the verified digest)."""
 
     sig: prog.Signature
     seg_sigs: list[prog.Signature]
@@ -52,16 +50,19 @@ class Decoded:
     preference: ExecutionPreference
     priority: Priority
     structure: Model
-    executable_keys: list[bytes]
+    executables: list
 
 
-#: Decoded model caches of this process by the SHA-256 the integrity registry vouched for (the digest
-#: names the bytes, so what they decode to is the same for every app): a later hit decodes nothing.
-DECODED: Lru = Lru(32)
+def decoded_of(prepared) -> Decoded:
+    """What the cache written from `prepared` decodes to (a later load of it in this process decodes nothing)."""
+    segments = prepared.segments
+    return Decoded(prepared.signature, [s for s, _ in segments], prepared.stage, prepared.preference,
+                   prepared.priority, prepared.constants.structure, [exe for _, exe in segments])
 
 
 def _decode(model_blob: memoryview, data_blob: memoryview | None) -> tuple[Decoded, list[memoryview]]:
-    """The decoded model cache and its executables' bytes; GENERAL_FAILURE naming what is wrong."""
+    """The model cache's header and structure, and its executables' bytes (not loaded yet);
+    GENERAL_FAILURE naming what is wrong."""
     meta, structure, payload = prog.unpack_model_cache(model_blob)
     try:
         if meta.get("backend") != jax.default_backend():
@@ -80,48 +81,43 @@ def _decode(model_blob: memoryview, data_blob: memoryview | None) -> tuple[Decod
     if len(payloads) != len(seg_sigs) or not seg_sigs:
         raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla model cache has {len(payloads)} executables for "
                                                    f"{len(seg_sigs)} sub-models")
-    keys = [prog.executable_key(p) for p in payloads]
-    return Decoded(sig, seg_sigs, stage, preference, priority, model, keys), payloads
+    return Decoded(sig, seg_sigs, stage, preference, priority, model, []), payloads
 
 
 def from_artifacts(model_blob: memoryview, data_blob: memoryview | None, verified: bytes | None = None,
-                   uid: int = 0, held: prog.Constants | None = None):
+                   uid: int = 0, held: prog.Constants | None = None, content: VerifiedContent | None = None):
     """(model, signature, segments, stage, preference, priority, device constants) from verified
     artifacts; no tracing, no compilation. `verified`: the SHA-256 the registry vouched for, which
-    names the content: what this process decoded of it before is reused, as are the constants an
-    earlier load by app `uid` placed while they are alive (`held`: found so already, `data_blob` None).
+    names the content: what this process decoded of it before (`content`) is reused, as are the
+    constants an earlier load by app `uid` placed while they are alive (`held`: found so already,
+    `data_blob` None).
 
-    XLA loads (links) executables with the GIL released, so they load on worker threads while
-    this thread places the constants on the device.
+    XLA loads (links) executables with the GIL released, so they load on worker threads
+    (`qos.threads`) while this thread places the constants on the device.
     """
-    decoded = DECODED.get(verified) if verified is not None else None
-    payloads: list[memoryview] | None = None
+    content = content if content is not None else VerifiedContent()
+    decoded = content.decoded(verified)
     if decoded is None:
         decoded, payloads = _decode(model_blob, data_blob)
-        if verified is not None:
-            DECODED.put(verified, decoded)
-    executables = [prog.LOADED.get(k) for k in decoded.executable_keys]
-    missing = [k for k, exe in enumerate(executables) if exe is None]
-    if missing and payloads is None:
-        payloads = prog.split_payloads(prog.unpack_model_cache(model_blob)[2])
-    with ThreadPoolExecutor(min(len(missing), os.cpu_count() or 1)) if missing else nullcontext() as pool:
-        loading = {k: pool.submit(prog.deserialize, payloads[k], decoded.seg_sigs[k].n_args,
-                                  decoded.seg_sigs[k].n_results, decoded.executable_keys[k]) for k in missing}
-        shared_as = (uid, verified) if verified is not None else None
-        constants = held if held is not None else prog.shared_constants(shared_as) if shared_as else None
-        if constants is None:
-            if data_blob is None:
-                raise NnError(ErrorStatus.GENERAL_FAILURE, "xla data cache was not read")
-            constants = prog.device_constants(data_blob, decoded.seg_sigs, decoded.structure)
-            if shared_as is not None:
-                constants = prog.share_constants(shared_as, constants)
+        loading = threads.run_all([lambda k=k: prog.deserialize(payloads[k], decoded.seg_sigs[k].n_args,
+                                                                decoded.seg_sigs[k].n_results)
+                                   for k in range(len(payloads))], name="nnapi-xla-load")
+    else:
+        loading = None
+    constants = held if held is not None else content.held(verified, uid)
+    if constants is None:
+        if data_blob is None:
+            raise NnError(ErrorStatus.GENERAL_FAILURE, "xla data cache was not read")
+        constants = content.hold(verified, uid,
+                                 prog.device_constants(data_blob, decoded.seg_sigs, decoded.structure))
+    if loading is not None:
         try:
-            for k, future in loading.items():
-                executables[k] = future.result()
+            decoded = dataclasses.replace(decoded, executables=loading.results())
         except Exception as e:
             raise NnError(ErrorStatus.GENERAL_FAILURE,
                           f"xla executable cannot be loaded: {type(e).__name__}: {e}") from None
+        content.keep(verified, decoded)
     pools = [MemoryPool(pointer=constants.data)] if constants.data.nbytes else []
     model = dataclasses.replace(constants.structure, pools=pools)
-    return (model, decoded.sig, list(zip(decoded.seg_sigs, executables)), decoded.stage, decoded.preference,
-            decoded.priority, constants)
+    return (model, decoded.sig, list(zip(decoded.seg_sigs, decoded.executables)), decoded.stage,
+            decoded.preference, decoded.priority, constants)

@@ -1,14 +1,11 @@
-"""The XLA device's calibration (see `drivers.base.calibration`) and its backend.
+"""The XLA device's backend, which its calibration is stored for (`DriverDevice.calibration_variant`).
 
-The steady state it measures is the optimised executable at once, without the caching engine.
-`NNAPI_XLA_PERFORMANCE=<ratio>` overrides the measurement.
+The calibration itself is the base's (`drivers.base.calibration`); its steady state is the optimised
+executable at once, without the caching engine. `NNAPI_XLA_PERFORMANCE=<ratio>` overrides it.
 """
 from __future__ import annotations
 
 import os
-
-from ...hal import Capabilities
-from ..base import calibration
 
 
 def backend() -> str:
@@ -28,8 +25,3 @@ def backend() -> str:
     except ImportError:
         return "cpu"
     return "gpu" if any("cuda" in n or "rocm" in n for n in names) else "cpu"
-
-
-def capabilities(device) -> Capabilities:
-    steady = type(device)(optimize_after=0, engine=False, scheduler=device.scheduler)
-    return calibration.capabilities(device, steady, variant=backend())

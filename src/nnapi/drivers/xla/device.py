@@ -13,34 +13,19 @@ process that compiles the same model again loads the executable instead.
 """
 from __future__ import annotations
 
-import functools
 import threading
 import time
-from importlib.metadata import PackageNotFoundError, version as package_version
+from importlib.metadata import version as package_version
 
-from ..._version import __version__
 from ...caching import model_fingerprint
 from ...hal import DeviceInfo, DeviceType, ErrorStatus, Model, NnError
-from ..base import CompileJob, DriverDevice, env_int, source_fingerprint
+from ..base import CompileJob, DriverDevice, env_int
+from .calibration import backend
 
 NAME = "xla"
 #: One model-cache file (header, structure, executable) and one data-cache file (constants); see cache.py.
 NUM_MODEL_CACHE, NUM_DATA_CACHE = 1, 1
 DEFAULT_OPTIMIZE_AFTER = 8
-
-
-def _jax_version() -> str:
-    try:
-        return package_version("jaxlib")
-    except PackageNotFoundError:  # pragma: no cover - jax is a dependency
-        return "unknown"
-
-
-@functools.lru_cache(maxsize=1)
-def _source_fingerprint() -> str:
-    """The code that decides what is claimed and compiled: this driver and its rules, `ops/`,
-    `validation/`, `hal/` (an edited checkout is a new driver version)."""
-    return source_fingerprint("drivers/xla", "drivers/xla/rules", "drivers/base", "ops", "validation", "hal")
 
 
 class XlaDevice(DriverDevice):
@@ -49,6 +34,8 @@ class XlaDevice(DriverDevice):
     NAME = NAME
     CACHE_FILES = (NUM_MODEL_CACHE, NUM_DATA_CACHE)
     REMEMBER_CLAIMS = True  # the analysis traces the lowering: about a third of a compilation
+    #: The code that decides what is claimed and compiled (an edited checkout is a new driver version).
+    VERSION_SOURCES = ("drivers/xla", "drivers/xla/rules", "drivers/base", "ops", "validation", "hal")
     HANDOFF_NS = 0  # a running sub-model reaches no checkpoint: higher-priority work starts at once
 
     def __init__(self, *, optimize_after: int | None = None, segments: int | None = None,
@@ -67,17 +54,21 @@ class XlaDevice(DriverDevice):
         #: The fastest compile seen, per operation: half of it is the lower bound preparation admission uses.
         self._compile_ns_per_op: float | None = None
 
-    def driver_version(self) -> str:
-        # A new XLA, or changed lowering code, never trusts old executables or claims (C9).
-        return f"{__version__}+jaxlib{_jax_version()}+src{_source_fingerprint()}"
+    # --- identity and calibration (hooks of the base) ---------------------------------------------------
+    def version_parts(self) -> dict[str, str]:
+        return {"jaxlib": package_version("jaxlib")}  # a new XLA never trusts old executables or claims (C9)
 
     def get_info(self) -> DeviceInfo:
-        from .calibration import backend
         return DeviceInfo(NAME, self.version, DeviceType.GPU if backend() == "gpu" else DeviceType.CPU, 30)
 
     def capabilities(self):
-        from .calibration import capabilities
-        return capabilities(self)
+        return self.calibrated_capabilities()
+
+    def calibration_twin(self) -> "XlaDevice":
+        return type(self)(optimize_after=0, engine=False, scheduler=self.scheduler)  # the optimised executable
+
+    def calibration_variant(self) -> str:
+        return backend()
 
     # --- claims ---------------------------------------------------------------------------------------
     def supported(self, model: Model) -> list[bool]:
@@ -142,15 +133,11 @@ class XlaDevice(DriverDevice):
         return [model_blob], [data_blob]
 
     def saved(self, prepared, digest: bytes, uid: int) -> None:
-        """A later hit on this content for the same app reuses the constants already on the device."""
-        from . import program
-        program.share_constants((uid, digest), prepared.constants)
-
-    def holds(self, job: CompileJob, digest: bytes) -> bool:
-        """A preparation of this app still holds the constants of that content on the device."""
-        from . import program
-        job.held = program.shared_constants((job.uid, digest))
-        return job.held is not None
+        """A later load of this content decodes and loads nothing, and one by the same app reuses the
+        constants already on the device (`base.verified`)."""
+        from . import cache
+        self.content.keep(digest, cache.decoded_of(prepared))
+        self.content.hold(digest, uid, prepared.constants)
 
     def load(self, model_blobs, data_blobs, job: CompileJob):
         """A prepared model from verified artifacts; a quick-stage model rewrites them after the
@@ -158,7 +145,8 @@ class XlaDevice(DriverDevice):
         from . import cache
         from .prepared_model import XlaPreparedModel
         model, sig, segments, stage, preference, priority, constants = cache.from_artifacts(
-            model_blobs[0], data_blobs[0] if data_blobs is not None else None, job.verified, job.uid, job.held)
+            model_blobs[0], data_blobs[0] if data_blobs is not None else None, job.verified, job.uid, job.held,
+            self.content)
         return XlaPreparedModel(model, sig, segments, stage, preference, priority,
                                 optimize_after=self.optimize_after,
                                 on_optimized=job.keep_cache() if stage == "quick" else None, constants=constants)

@@ -25,6 +25,7 @@ from jax import lax
 
 from ...hal import OperandType as T, OperationType as Op
 from ...ops import OpContext, activation_range
+from ..base import lowering as base_lowering
 
 F32, F16, I32, B8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8
 FLOAT = (F32, F16)
@@ -34,29 +35,21 @@ HIGHEST = lax.Precision.HIGHEST
 
 
 @dataclass(frozen=True)
-class Lowering:
+class Lowering(base_lowering.Lowering):
     """One table entry: `fn(ctx, inputs) -> outputs`; control-flow entries (IF, WHILE) instead
     take `fn(ctx, inputs, lowered_op, loop_budget)` and have `control`, which lowers their
     referenced subgraphs at analysis (see `control_flow`)."""
 
-    fn: Callable
-    #: Types input 0 may have.
-    types: tuple[T, ...] = FLOAT
     control: Callable | None = None
 
 
-LOWERINGS: dict[Op, Lowering] = {}
-
-
-def lowers(*ops: Op, types: tuple[T, ...] = FLOAT, control: Callable | None = None):
-    """Register the decorated rule for `ops` when input 0 has one of `types`."""
-    def wrap(fn: Callable) -> Callable:
-        for op in ops:
-            if op in LOWERINGS:
-                raise RuntimeError(f"{op.name} lowered twice")
-            LOWERINGS[op] = Lowering(fn, types, control)
-        return fn
-    return wrap
+#: The table (`drivers.base.lowering`): what the driver holds, and where its rules are.
+LOWERINGS = base_lowering.LoweringTable("xla", rules="nnapi.drivers.xla.rules", tensor_types=TENSOR_TYPES,
+                                        scalar_types=(T.FLOAT32, T.FLOAT16, T.INT32, T.BOOL), default_types=FLOAT,
+                                        entry=Lowering)
+#: `@lowers(*ops, types=FLOAT, control=None)`: register the decorated rule for `ops` when input 0 has
+#: one of `types`.
+lowers = LOWERINGS.register
 
 
 # --- shared helpers ------------------------------------------------------------------------------

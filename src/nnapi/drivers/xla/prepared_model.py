@@ -19,13 +19,14 @@ may preempt it for higher-priority work or abort it at its deadline (Q3, Q6).
 
 WHILE loops: a sub-model with loops runs with an iteration budget (`control_flow`); when a loop
 runs out of it, the sub-model runs again with a larger one, sized so that the run ends before the
-loop timeout and the deadline (`base.loops`), until the loops finish (MISSED_DEADLINE_TRANSIENT when
+loop timeout and the deadline (`base.native.LoopBudgets`), until the loops finish (MISSED_DEADLINE_TRANSIENT when
 they cannot in time). The budget that sufficed is kept for the next execution, so steady-state
 executions run once.
 """
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from typing import Callable
 
 import numpy as np
@@ -36,7 +37,7 @@ from ... import tracing as trace
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
 from ...qos import threads
 from ..base import Binding, DriverPreparedModel
-from ..base.loops import IterationBudget, loop_depth
+from ..base.native import LoopBudgets, NativeCall, raise_failed_check, run_native
 from . import program as prog
 
 #: Inputs at least this large and 64-byte aligned are aliased rather than copied.
@@ -67,7 +68,7 @@ class XlaPreparedModel(DriverPreparedModel):
         self._optimize_after = optimize_after if stage == "quick" else None
         self._runs = 0
         #: Per sub-model with loops, its iteration budget (kept between executions).
-        self._loop_budgets: dict[int, IterationBudget] = {}
+        self._loop_budgets = LoopBudgets(model, MAX_LOOP_BUDGET)
         self._lock = threading.Lock()
         self._optimizer: threading.Thread | None = None
         self.optimize_error: str | None = None
@@ -172,18 +173,12 @@ class XlaPreparedModel(DriverPreparedModel):
                 binding.checkpoint(f"sub-model {j} of {len(segments)}")  # preemption / deadline (QoS)
             seg_args = [*(values[s.index] for s in seg.inputs), *(self._constants[s.index] for s in seg.constants)]
             try:
-                with binding.native(WORKER_THREADS):  # (LOW work: in the OS's background)
-                    if trace.active():
-                        with trace.span(f"sub-model {j}", "operation", device="xla"):
-                            outs = (self._run_with_budget(j, seg, exe, seg_args, binding) if seg.loops
-                                    else exe(*seg_args))
-                            jax.block_until_ready(outs)
-                    elif seg.loops:
-                        outs = self._run_with_budget(j, seg, exe, seg_args, binding)
+                with trace.span(f"sub-model {j}", "operation", device="xla") if trace.active() else nullcontext():
+                    if seg.loops:
+                        outs = self._loop_budgets.run(lambda budget: self.call(seg, exe, seg_args, binding, budget),
+                                                      binding, j)
                     else:
-                        outs = exe(*seg_args)
-                if seg.checks and not seg.loops:
-                    outs = _checked(seg, outs)
+                        outs = self.call(seg, exe, seg_args, binding)[1]
             except NnError:
                 raise
             except Exception as e:  # never crash the caller on a runtime failure of XLA
@@ -193,26 +188,17 @@ class XlaPreparedModel(DriverPreparedModel):
         self._count_run()
         return [values[s.index] for s in sig.outputs]
 
-    def _run_with_budget(self, j: int, seg: prog.Signature, exe, args: list, binding: Binding) -> list:
-        """Run sub-model `j`, whose program has WHILE loops, with budgets that grow until no loop runs
-        out (`base.loops`): MISSED_DEADLINE_TRANSIENT rather than a run past the loop timeout or deadline."""
-        def attempt(budget: int) -> tuple[bool, list]:
-            outs = exe(*args, np.int32(budget))
-            if seg.checks:  # a failed check ends the execution, whatever the loops did
-                outs = _checked(seg, outs)
-            *outs, ran_out = outs
-            return bool(ran_out), outs
-
-        budgets = self._loop_budgets.get(j)
-        if budgets is None:
-            budgets = self._loop_budgets.setdefault(j, IterationBudget(loop_depth(self.model), MAX_LOOP_BUDGET))
-        return budgets.run(attempt, binding)
-
-
-def _checked(seg: prog.Signature, outs) -> list:
-    """The results without the checks' flags; INVALID_ARGUMENT with the message of a failed check."""
-    *outs, flags = outs
-    message = seg.failed_check(flags)
-    if message is not None:
-        raise NnError(ErrorStatus.INVALID_ARGUMENT, message)
-    return outs
+    @staticmethod
+    def call(seg: prog.Signature, exe, args: list, binding: Binding, budget: int | None = None) -> tuple[bool, list]:
+        """One run of a sub-model's executable (`base.native`; with an iteration budget when it has
+        loops), its checks read: (whether a loop ran out of the budget, the outputs)."""
+        outs = run_native(binding, NativeCall(
+            lambda: jax.block_until_ready(exe(*args) if budget is None else exe(*args, np.int32(budget))),
+            workers=WORKER_THREADS, what="xla execution"))  # (LOW work: in the OS's background)
+        if seg.checks:  # a failed check ends the execution, whatever the loops did
+            *outs, flags = outs
+            raise_failed_check(seg.checks, flags)
+        if budget is None:
+            return False, list(outs)
+        *outs, ran_out = outs
+        return bool(ran_out), outs

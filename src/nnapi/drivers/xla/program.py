@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import json
 import math
-import os
 import struct
 import threading
 import time
-import weakref
 from typing import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,8 +30,10 @@ from ...ops import numpy_dtype
 from ...caching.constants import relocate_constants
 from ...caching.files import aligned_buffer
 from ...qos.estimate import operation_work
-from ..base import Lru, env_flag
-from .analysis import analyze, with_dims
+from ...qos import threads
+from ..base import env_flag
+from ..base.lowering import with_dims
+from .analysis import analyze
 from .control_flow import LoopBudget, has_loops
 from .lowering import LoweredOp, run_op, tracing_program
 
@@ -129,11 +127,6 @@ class Signature:
             raise ValueError("checks must be a list of messages")
         return cls(*([TensorSpec.from_json(v) for v in d[k]] for k in ("inputs", "outputs", "constants")),
                    loops=bool(d.get("loops", False)), checks=list(checks))
-
-    def failed_check(self, flags) -> str | None:
-        """The message of the first check `flags` (the program's last result) says failed, or None."""
-        failed = np.asarray(flags).reshape(-1)
-        return self.checks[int(np.argmax(failed))] if failed.any() else None
 
 
 def relocate(model: Model) -> tuple[Model, memoryview]:
@@ -279,24 +272,6 @@ def device_constants(data, sigs: list[Signature], model: Model) -> Constants:
     return constants
 
 
-#: Constants of this process's prepared models by (app uid, SHA-256 of the verified cache content they
-#: were saved as or loaded from), for as long as a prepared model holds them: a later hit on that
-#: content for the same app reuses them (and the decoded structure) instead of placing them again.
-_SHARED: "weakref.WeakValueDictionary[tuple[int, bytes], Constants]" = weakref.WeakValueDictionary()
-_SHARED_LOCK = threading.Lock()
-
-
-def share_constants(key: tuple[int, bytes], constants: Constants) -> Constants:
-    """Offer `constants` under `key`; returns the ones to use (those already shared under it, if any)."""
-    with _SHARED_LOCK:
-        return _SHARED.setdefault(key, constants)
-
-
-def shared_constants(key: tuple[int, bytes]) -> Constants | None:
-    with _SHARED_LOCK:
-        return _SHARED.get(key)
-
-
 def make_function(model: Model, ops: list[LoweredOp], sig: Signature):
     """The Python function XLA traces: (inputs..., constants...[, budget]) -> (outputs...[, ran_out]
     [, checks]); tracing it sets `sig.checks`."""
@@ -359,8 +334,8 @@ def compile_segments(model: Model, parts: list[tuple[list[LoweredOp], Signature]
         lowered.append(lower_program(model, ops, sig))
     if checkpoint is not None:
         checkpoint("compiling")
-    with ThreadPoolExecutor(min(len(lowered), os.cpu_count() or 1)) as pool:
-        executables = list(pool.map(lambda lw: compile_lowered(lw, optimized), lowered))
+    executables = threads.run_all([lambda lw=lw: compile_lowered(lw, optimized) for lw in lowered],
+                                  name="nnapi-xla-compile").results()
     return [(sig, exe) for (_, sig), exe in zip(parts, executables)]
 
 
@@ -381,20 +356,8 @@ _MAGIC = b"NNXLAEX1"
 FORMAT = 1
 
 
-#: Executables of this process by the SHA-256 of their serialized bytes: a cache hit on bytes this
-#: process serialized or loaded before (verified again by the integrity registry) reuses the executable
-#: instead of loading it anew (XLA's load costs ~0.1 ms per KB of code).
-LOADED: Lru = Lru(32)
-
-
-def executable_key(payload: bytes | memoryview) -> bytes:
-    """What `LOADED` knows an executable's serialized bytes by."""
-    return hashlib.sha256(payload).digest()
-
-
 def serialize(compiled) -> bytes:
     payload, _, _ = serialize_executable.serialize(compiled)
-    LOADED.put(executable_key(payload), compiled)
     return payload
 
 
@@ -422,18 +385,11 @@ def split_payloads(blob: memoryview) -> list[memoryview]:
     return out
 
 
-def deserialize(payload: bytes | memoryview, n_args: int, n_out: int, key: bytes | None = None):
-    """Load a verified executable (never called on bytes the integrity registry did not vouch for);
-    `key`: its `executable_key`, when known."""
-    key = key if key is not None else executable_key(payload)
-    exe = LOADED.get(key)
-    if exe is not None:
-        return exe
+def deserialize(payload: bytes | memoryview, n_args: int, n_out: int):
+    """Load a verified executable (never called on bytes the integrity registry did not vouch for)."""
     in_tree = jax.tree_util.tree_structure((tuple(range(n_args)), {}))
     out_tree = jax.tree_util.tree_structure(tuple(range(n_out)))
-    exe = serialize_executable.deserialize_and_load(bytes(payload), in_tree, out_tree)
-    LOADED.put(key, exe)
-    return exe
+    return serialize_executable.deserialize_and_load(bytes(payload), in_tree, out_tree)
 
 
 def pack_model_cache(meta: dict, model_bytes: bytes, executable: bytes) -> bytes:

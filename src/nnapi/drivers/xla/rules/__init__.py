@@ -4,8 +4,11 @@ names start with an underscore are helpers, not rules); whoever reads the table 
 """
 from __future__ import annotations
 
-from ...base import RuleModules
 
-load_all = RuleModules(__name__).load
+def load_all() -> None:
+    """Import every rule module once (`base.lowering.LoweringTable.load`)."""
+    from ..lowering import LOWERINGS
+    LOWERINGS.load()
+
 
 __all__ = ["load_all"]
