@@ -3,15 +3,18 @@ left out) that are neither its lowering rules, nor its compile step, nor its cac
 
 What counts as which, per driver (a file's default, then the functions or classes named otherwise):
 - rules: the lowering rules and the helpers they share (`rules/`, `lowering.py`, xla `control_flow.py`);
-- compile: the compile step: building the backend's program from the model (xla `program.py`, openvino
-  `graph.py` and `unroll.py`, reference `interpreter.py`), the driver's `compile` hook, and the calls
-  into the compiled program with its inputs and outputs (the prepared model's `run` and what it calls);
+- compile: the compile step: building the backend's program from the model (xla `program.py` and the
+  lowered operations its compile takes from `analysis`: `static_analysis`, `_prove`, `lower_graph`;
+  openvino `graph.py` and `unroll.py` and the compile properties; reference `interpreter.py`), the
+  driver's `compile` hook, and the calls into the compiled program with its inputs and outputs (the
+  prepared model's `run` and what it calls);
 - cache: the cache format (`cache.py`) and the driver's `save` / `load` hooks;
-- plumbing: everything else (device settings, identity, calibration, claims, thread starts, deadline
-  and preemption, loop budgets, run-time checks, memos, multi-stage bookkeeping).
+- plumbing: everything else (device settings, identity, calibration, claim proofs, thread starts,
+  deadline and preemption, loop budgets, run-time checks, memos, multi-stage bookkeeping, imports).
 The goal is at most 100 lines of plumbing per compiling driver.
 
-usage: python benchmarks/plumbing.py [--json]   (prints one line per driver and category, or one JSON object)
+usage: python benchmarks/plumbing.py [--json] [--detail DRIVER]
+(one line per driver and category, or one JSON object; --detail: a driver's plumbing lines per file and name)
 """
 from __future__ import annotations
 
@@ -39,10 +42,14 @@ NAMED: dict[str, dict[str, str]] = {
                   "device.py:ReferenceDevice.load": "cache",
                   "prepared_model.py:ReferencePreparedModel.run": "compile"},
     "xla": {"device.py:XlaDevice.compile": "compile", "device.py:XlaDevice.save": "cache",
+            "analysis.py:_prove": "compile", "analysis.py:lower_graph": "compile",
+            "analysis.py:static_analysis": "compile",
             "device.py:XlaDevice.load": "cache", "prepared_model.py:XlaPreparedModel.run": "compile",
             "prepared_model.py:XlaPreparedModel.call": "compile"},
     "openvino": {"device.py:OpenVinoDevice.compile": "compile", "device.py:OpenVinoDevice.config": "compile",
-                 "device.py:_compile_error": "compile", "device.py:OpenVinoDevice.save": "cache",
+                 "device.py:_compile_error": "compile", "device.py:float16_safe": "compile",
+                 "device.py:native_float16": "compile", "device.py:model_work": "compile",
+                 "device.py:OpenVinoDevice.save": "cache",
                  "device.py:OpenVinoDevice.load": "cache", "prepared_model.py:_Request": "compile",
                  "prepared_model.py:_key": "compile", "prepared_model.py:OpenVinoPreparedModel.run": "compile",
                  "prepared_model.py:OpenVinoPreparedModel._run": "compile",

@@ -31,7 +31,7 @@ from ...qos import Scheduler, estimate_peak_bytes, normalize_deadline, threads
 from ...validation import validate_model, validate_preference, validate_priority
 from .job import CacheWriter, CompileJob, close_handles, dup_handles, handles_empty
 from .prepared import DriverPreparedModel, client_uid
-from .shared import ClaimMemo, Lru, source_fingerprint
+from .shared import ClaimMemo, Lru, cpu_features, package_release, source_fingerprint
 from .verified import VerifiedContent, content_of
 
 if TYPE_CHECKING:
@@ -86,18 +86,30 @@ class DriverDevice(IDevice):
         self._fleet: "Fleet | None | bool" = False  # (not looked up yet)
         self._claim_memo: Lru[list[bool]] = Lru(256)
         self._claim_store: ClaimMemo | None = None
+        self._compile_ns_per_op: float | None = None  # the fastest compile seen per operation (LEARN_COMPILE_NS)
 
+    #: `estimate_compile_ns` learns from the compiles seen: half the fastest per operation, times the
+    #: operations (0 before any compile).
+    LEARN_COMPILE_NS: ClassVar[bool] = False
     #: The package folders (relative to `nnapi`) whose code decides what the driver claims and compiles:
     #: their fingerprint is part of the version (an edited checkout is a new driver version, C9).
     VERSION_SOURCES: ClassVar[tuple[str, ...]] = ()
+    #: {name in the version: installed package} whose releases the compiled code depends on.
+    VERSION_PACKAGES: ClassVar[dict[str, str]] = {}
+    #: The compiled code depends on this CPU's model and instruction set (its features are in the version).
+    CPU_SPECIFIC: ClassVar[bool] = False
     #: The driver its calibration measures against (`nnapi.drivers` entry point; see `calibrated_capabilities`).
     CALIBRATION_BASELINE: ClassVar[str] = "reference"
 
     # --- what a driver fills in ---------------------------------------------------------------------
     def driver_version(self) -> str:
         """The version string: a new one never trusts caches an older one wrote (C9). By default the
-        package's version, then `version_parts` and the fingerprint of VERSION_SOURCES."""
-        parts = [__version__, *(f"{k}{v}" for k, v in self.version_parts().items())]
+        package's version, then the VERSION_PACKAGES' releases, `version_parts`, the CPU's features
+        (CPU_SPECIFIC) and the fingerprint of VERSION_SOURCES."""
+        parts = [__version__, *(f"{k}{package_release(p)}" for k, p in self.VERSION_PACKAGES.items()),
+                 *(f"{k}{v}" for k, v in self.version_parts().items())]
+        if self.CPU_SPECIFIC:
+            parts.append(f"cpu{cpu_features()}")
         if self.VERSION_SOURCES:
             parts.append(f"src{source_fingerprint(*self.VERSION_SOURCES)}")
         return "+".join(parts)
@@ -165,8 +177,10 @@ class DriverDevice(IDevice):
         return found[0].load()().calibration_twin()
 
     def estimate_compile_ns(self, model: Model) -> int:
-        """A lower bound of `compile`'s duration (admission: refused when even this misses the deadline)."""
-        return 0
+        """A lower bound of `compile`'s duration (admission: refused when even this misses the deadline);
+        by default 0, or learnt (LEARN_COMPILE_NS)."""
+        per_op = self._compile_ns_per_op
+        return 0 if per_op is None else int(per_op * len(model.main.operations) / 2)
 
     def estimate_peak_bytes(self, model: Model) -> int:
         """Memory the model needs at least (constants and live tensors), checked against the limit."""
@@ -411,7 +425,11 @@ class DriverDevice(IDevice):
             prepared, refused = self._from_fleet(job, handles, token)
             if prepared is not None:
                 return prepared
+        started = time.monotonic_ns()
         prepared = self.compile(job)
+        if self.LEARN_COMPILE_NS:
+            per_op = (time.monotonic_ns() - started) / max(1, len(job.model.main.operations))
+            self._compile_ns_per_op = min(per_op, self._compile_ns_per_op or per_op)
         if refused is not None:
             prepared.cache_source = f"fleet entry refused: {refused}"
         if job.aborted:

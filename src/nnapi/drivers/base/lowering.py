@@ -1,9 +1,10 @@
 """One lowering table for every compiling driver, with one claim step, in the style of JAX's
 `register_lowering`: a backend makes its table (`LoweringTable`: the operand types it can hold and the
 package of its rule modules), its rules register themselves with `table.register(...)` (the backend's
-`lowers`), and the claim step (`LoweringTable.admit`) does what every backend checks before its own proof:
-a rule for the operation, operands the backend holds, a context, input 0's type, and no optional
-input the app may omit at execution. The backend then proves the claim its own way (tracing, building).
+`lowers`), and the one claim loop (`LoweringTable.claim_graph`, each operation through `admit`) does what
+every backend checks before its own proof: a rule for the operation, operands the backend holds, a
+context, input 0's type, and no optional input the app may omit at execution. The backend then proves
+the claim its own way (tracing, building: the loop's `prove` hook).
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 from ...hal import Model, Operand, OperandLifeTime as L, OperandType as T, Operation, OperationType as Op
 from ...ops import OpContext
-from ...validation import ConstantReader, build_operation_context, optional_input_fed_by_request
+from ...validation import ConstantReader, build_operation_context, infer_model_shapes, optional_input_fed_by_request
 from .shared import RuleModules
 
 
@@ -97,6 +98,26 @@ class LoweringTable(dict):
         if top and optional_input_fed_by_request(sub, op, ctx):
             return "an optional input is a model input"
         return entry, ctx
+
+    def claim_graph(self, model: Model, index: int | None, prove: Callable[..., tuple[Any, Any]], *,
+                    top: bool = True, control_outputs: bool = True) -> tuple[Model, list, list]:
+        """The claim loop over subgraph `index` (None: main): each admitted operation is proven by the
+        backend's `prove(model, op, k, entry, ctx, dims)` -> (result or None, the output shapes it
+        found or None); found shapes are propagated to later operations. Returns (the model with the
+        found shapes declared, the operand shapes, per operation its result or None)."""
+        dims = infer_model_shapes(model, index)
+        reader = ConstantReader(model)
+        results = []
+        for k, op in enumerate(model.subgraph(index).operations):
+            admitted = self.admit(model, model.subgraph(index), op, dims, reader, top=top,
+                                  control_outputs=control_outputs)
+            result, out_dims = (None, None) if isinstance(admitted, str) else prove(model, op, k, *admitted, dims)
+            results.append(result)
+            if out_dims is not None and any(tuple(dims[i]) != tuple(d) for i, d in zip(op.outputs, out_dims)):
+                model = with_dims(model, index, dict(zip(op.outputs, out_dims)))
+                dims = infer_model_shapes(model, index)
+                reader = ConstantReader(model)
+        return model, dims, results
 
 
 def with_dims(model: Model, index: int | None, dims: dict[int, Sequence[int]]) -> Model:

@@ -1,10 +1,13 @@
-"""Small pieces compiling drivers share: a source fingerprint for their version string, a bounded
+"""Small pieces compiling drivers share: a source fingerprint, the CPU's features and package releases
+for their version string, a bounded
 LRU of loaded artifacts, a one-time loader of self-registering rule modules, and the persistent
 memo of what a driver claimed for a model."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
+import importlib.metadata
 import pkgutil
 import sqlite3
 import threading
@@ -31,6 +34,31 @@ def source_fingerprint(*folders: str) -> str:
             h.update(f"{folder}/{path.name}".encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:8]
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_features() -> str:
+    """8 hex digits of this CPU's model and instruction-set flags (code compiled for the host depends on
+    them: a driver with CPU_SPECIFIC has them in its version)."""
+    text = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("model name", "flags")):
+                text += line + "\n"
+                if line.startswith("flags"):
+                    break
+    except OSError:
+        pass
+    return hashlib.sha256(text.encode()).hexdigest()[:8]
+
+
+@functools.lru_cache(maxsize=16)
+def package_release(name: str) -> str:
+    """An installed package's release ("2026.4.1"), from its metadata (no import of it)."""
+    try:
+        return importlib.metadata.version(name).split("-")[0]
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 class Lru(Generic[V]):

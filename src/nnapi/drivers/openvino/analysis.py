@@ -19,7 +19,7 @@ import_openvino()  # (before OpenVINO itself: its telemetry declined, see the pa
 import openvino.opset16 as ops
 
 from ...hal import Model
-from ...validation import ConstantReader, infer_model_shapes
+from ...validation import ConstantReader
 from .graph import Scope, compute_type, constant_value, lower_operation, table
 from .lowering import LOWERINGS, Value, collecting_checks
 
@@ -34,9 +34,11 @@ def claim(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = Tr
 def refusal(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = True) -> str | None:
     """Why one operation of `sub` is not claimed, or None when it is."""
     admitted = table().admit(model, sub, op, dims, reader, top=top)
-    if isinstance(admitted, str):
-        return admitted
-    entry, ctx = admitted
+    return admitted if isinstance(admitted, str) else _lowering_fails(model, *admitted, top)
+
+
+def _lowering_fails(model: Model, entry, ctx, top: bool) -> str | None:
+    """The claim's proof: why the rule does not lower the operation on stand-in inputs, or None."""
     xs: list[Value | None] = []
     for t in ctx.inputs:
         if t.omitted:
@@ -54,11 +56,10 @@ def refusal(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = 
 
 
 def analyze(model: Model) -> list[bool]:
-    """One flag per operation of the main graph: claimed or not."""
-    sub = model.main
-    dims = infer_model_shapes(model)
-    reader = ConstantReader(model)
-    return [claim(model, sub, op, dims, reader) for op in sub.operations]
+    """One flag per operation of the main graph: claimed or not (the base's claim loop)."""
+    _, _, claimed = table().claim_graph(
+        model, None, lambda m, op, k, entry, ctx, dims: (_lowering_fails(m, entry, ctx, True) is None, None))
+    return [bool(c) for c in claimed]
 
 
 __all__ = ["analyze", "claim", "operand_ok", "refusal"]

@@ -15,14 +15,12 @@ the exported compiled model.
   the exported compiled model, imported only from the verified bytes the base hands to `load`. No
   data-cache file: the export holds the weights in the layout the kernels read.
 - The driver version holds the OpenVINO version, this CPU's features and a fingerprint of the
-  lowering code, so a change in any of them never trusts an older cache.
+  lowering code (the base's identity hooks), so a change in any of them never trusts an older cache.
 Nothing here uses the network; OpenVINO's telemetry lives in its conversion tools, never imported.
 """
 from __future__ import annotations
 
 import functools
-import hashlib
-import importlib.metadata
 import os
 import threading
 from pathlib import Path
@@ -32,6 +30,7 @@ from ...hal import (Capabilities, DeviceType, ErrorStatus, ExecutionPreference, 
                    OperandType)
 from ...qos.estimate import operation_work
 from ..base import CompileJob, DriverDevice, env_flag, env_int
+from ..base.shared import cpu_features
 from . import import_openvino
 
 if TYPE_CHECKING:
@@ -50,12 +49,6 @@ def model_work(model: Model) -> int:
     """The work of one execution of `model`, each loop body counted once."""
     return sum(operation_work(sub, op) for sub in (model.main, *model.referenced) for op in sub.operations)
 
-
-
-@functools.lru_cache(maxsize=1)
-def openvino_version() -> str:
-    """OpenVINO's release ("2026.4.1"), from the package's metadata: no import of OpenVINO."""
-    return importlib.metadata.version("openvino").split("-")[0]
 
 
 @functools.lru_cache(maxsize=1)
@@ -97,21 +90,6 @@ def float16_safe(model: Model) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=1)
-def cpu_features() -> str:
-    """8 hex digits of this CPU's model and instruction-set flags (compiled kernels depend on them)."""
-    text = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags")):
-                text += line + "\n"
-                if line.startswith("flags"):
-                    break
-    except OSError:
-        pass
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
-
-
 class OpenVinoDevice(DriverDevice):
     """See the module doc."""
 
@@ -120,6 +98,8 @@ class OpenVinoDevice(DriverDevice):
     REMEMBER_CLAIMS = True  # proving claims lowers every operation on stand-in inputs
     #: The code that decides what is claimed and how it lowers (an edited checkout is a new driver version).
     VERSION_SOURCES = ("drivers/openvino", "drivers/openvino/rules", "drivers/base", "ops", "validation", "hal")
+    VERSION_PACKAGES = {"ov": "openvino"}  # (its release: no import of OpenVINO)
+    CPU_SPECIFIC = True  # compiled kernels depend on this CPU's model and instruction set
     HANDOFF_NS = 0  # inference is native and stopped by cancellation: higher-priority work starts at once
     DEVICE_TYPE = DeviceType.CPU
 
@@ -131,9 +111,6 @@ class OpenVinoDevice(DriverDevice):
         self._core_lock = threading.Lock()
 
     # --- identity and calibration (hooks of the base) --------------------------------------------------
-    def version_parts(self) -> dict[str, str]:
-        return {"ov": openvino_version(), "cpu": cpu_features()}
-
     def capabilities(self) -> Capabilities:
         """Measured at first use (`DriverDevice.calibrated_capabilities`); quantized types get the float
         ratio (the reference's integer kernels are slower still)."""

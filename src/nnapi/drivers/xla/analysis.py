@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from ...hal import Model, OperandLifeTime as L, OperandType as T
 from ...ops import numpy_dtype
-from ...validation import ConstantReader, infer_model_shapes
+from ...validation import ConstantReader
 from ..base.lowering import with_dims
 from . import control_flow
 from .lowering import LOWERINGS, LoweredOp, run_op
@@ -33,47 +33,34 @@ _VALUE_LIFETIMES = (L.SUBGRAPH_INPUT, L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT)
 operand_ok = LOWERINGS.holds  # a value the driver can hold (`base.lowering.LoweringTable.holds`)
 
 
-def _static_check(model: Model, index: int | None, dims, op, k: int, reader: ConstantReader, depth: int,
-                  top: bool) -> tuple[LoweredOp | None, tuple | None]:
-    """(the lowered operation or None, for IF / WHILE the shapes their outputs get)."""
-    admitted = LOWERINGS.admit(model, model.subgraph(index), op, dims, reader, top=top, control_outputs=False)
-    if isinstance(admitted, str):
-        return None, None
-    entry, ctx = admitted
-    if entry.control is None:
-        return LoweredOp(k, tuple(op.inputs), tuple(op.outputs), ctx, entry), None
-    if depth >= MAX_DEPTH:
-        return None, None
-    sub = model.subgraph(index)
-    lowered = entry.control(model, sub, op, ctx, dims, lambda g, specs: lower_graph(model, g, specs, depth + 1))
-    if lowered is None:
-        return None, None
-    graphs, out_dims = lowered
-    for i, d in zip(op.outputs, out_dims):
-        declared = tuple(sub.operands[i].dimensions)
-        if declared and (len(declared) != len(d) or any(a and a != b for a, b in zip(declared, d))):
-            return None, None  # the model declares a shape the subgraphs do not produce
-        if not operand_ok(sub.operands[i], d):
+def _prove(index: int | None, depth: int):
+    """The claim loop's proof of one admitted operation of subgraph `index` (`base.lowering.claim_graph`):
+    (its LoweredOp, for IF / WHILE the shapes their outputs get), or (None, None)."""
+    def prove(model: Model, op, k: int, entry, ctx, dims) -> tuple[LoweredOp | None, tuple | None]:
+        if entry.control is None:
+            return LoweredOp(k, tuple(op.inputs), tuple(op.outputs), ctx, entry), None
+        if depth >= MAX_DEPTH:
             return None, None
-    return LoweredOp(k, tuple(op.inputs), tuple(op.outputs), ctx, entry, tuple(graphs)), tuple(out_dims)
+        sub = model.subgraph(index)
+        lowered = entry.control(model, sub, op, ctx, dims, lambda g, specs: lower_graph(model, g, specs, depth + 1))
+        if lowered is None:
+            return None, None
+        graphs, out_dims = lowered
+        for i, d in zip(op.outputs, out_dims):
+            declared = tuple(sub.operands[i].dimensions)
+            if declared and (len(declared) != len(d) or any(a and a != b for a, b in zip(declared, d))):
+                return None, None  # the model declares a shape the subgraphs do not produce
+            if not operand_ok(sub.operands[i], d):
+                return None, None
+        return LoweredOp(k, tuple(op.inputs), tuple(op.outputs), ctx, entry, tuple(graphs)), tuple(out_dims)
+    return prove
 
 
 def static_analysis(model: Model, index: int | None = None, depth: int = 0, top: bool = True
                     ) -> tuple[Model, list[tuple[int, ...]], list[LoweredOp | None]]:
     """(the model with control-flow output shapes resolved, operand shapes, per operation its
     LoweredOp or None) of subgraph `index`, without tracing."""
-    sub = model.subgraph(index)
-    dims = infer_model_shapes(model, index)
-    reader = ConstantReader(model)
-    lowered: list[LoweredOp | None] = []
-    for k, op in enumerate(sub.operations):
-        lop, out_dims = _static_check(model, index, dims, op, k, reader, depth, top)
-        lowered.append(lop)
-        if out_dims is not None and any(tuple(dims[i]) != tuple(d) for i, d in zip(op.outputs, out_dims)):
-            model = with_dims(model, index, dict(zip(op.outputs, out_dims)))
-            dims = infer_model_shapes(model, index)
-            reader = ConstantReader(model)
-    return model, dims, lowered
+    return LOWERINGS.claim_graph(model, index, _prove(index, depth), top=top, control_outputs=False)
 
 
 def lower_graph(model: Model, index: int, specs: list[tuple[T, tuple[int, ...]]], depth: int

@@ -14,8 +14,6 @@ process that compiles the same model again loads the executable instead.
 from __future__ import annotations
 
 import threading
-import time
-from importlib.metadata import version as package_version
 
 from ...caching import model_fingerprint
 from ...hal import DeviceInfo, DeviceType, ErrorStatus, Model, NnError
@@ -36,7 +34,9 @@ class XlaDevice(DriverDevice):
     REMEMBER_CLAIMS = True  # the analysis traces the lowering: about a third of a compilation
     #: The code that decides what is claimed and compiled (an edited checkout is a new driver version).
     VERSION_SOURCES = ("drivers/xla", "drivers/xla/rules", "drivers/base", "ops", "validation", "hal")
+    VERSION_PACKAGES = {"jaxlib": "jaxlib"}  # a new XLA never trusts old executables or claims (C9)
     HANDOFF_NS = 0  # a running sub-model reaches no checkpoint: higher-priority work starts at once
+    LEARN_COMPILE_NS = True  # admission's lower bound: half the fastest compile seen per operation
 
     def __init__(self, *, optimize_after: int | None = None, segments: int | None = None,
                  scheduler=None, engine: bool | None = None, memory_limit_bytes: int | None = None,
@@ -51,13 +51,8 @@ class XlaDevice(DriverDevice):
         self.segments = segments
         self._last_analysis: tuple | None = None
         self._lock = threading.Lock()
-        #: The fastest compile seen, per operation: half of it is the lower bound preparation admission uses.
-        self._compile_ns_per_op: float | None = None
 
     # --- identity and calibration (hooks of the base) ---------------------------------------------------
-    def version_parts(self) -> dict[str, str]:
-        return {"jaxlib": package_version("jaxlib")}  # a new XLA never trusts old executables or claims (C9)
-
     def get_info(self) -> DeviceInfo:
         return DeviceInfo(NAME, self.version, DeviceType.GPU if backend() == "gpu" else DeviceType.CPU, 30)
 
@@ -94,15 +89,9 @@ class XlaDevice(DriverDevice):
             return None
 
     # --- preparation ------------------------------------------------------------------------------------
-    def estimate_compile_ns(self, model: Model) -> int:
-        """Half the fastest compile seen per operation, times the operations (0 before any compile)."""
-        per_op = self._compile_ns_per_op
-        return 0 if per_op is None else int(per_op * len(model.main.operations) / 2)
-
     def compile(self, job: CompileJob):
         from . import program as prog
         from .prepared_model import XlaPreparedModel
-        start = time.monotonic_ns()
         relocated, _ = prog.relocate(job.model)
         dims, lowered = prog.analyze_supported(relocated, self._take_analysis(job.model))
         sig = prog.signature(relocated, dims, lowered)
@@ -115,10 +104,6 @@ class XlaDevice(DriverDevice):
             raise
         except Exception as e:
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla compilation failed: {type(e).__name__}: {e}") from None
-        per_op = (time.monotonic_ns() - start) / max(1, len(job.model.main.operations))
-        with self._lock:
-            self._compile_ns_per_op = per_op if self._compile_ns_per_op is None else min(self._compile_ns_per_op,
-                                                                                         per_op)
         return XlaPreparedModel(relocated, sig, segments, "optimized" if single else "quick", job.preference,
                                 job.priority, optimize_after=self.optimize_after,
                                 on_optimized=None if single else job.keep_cache())

@@ -8,7 +8,7 @@ output is copied once, from the executable's result buffer straight into its poo
 Memory-domain buffers (`memory.domains`) hold the device arrays themselves: an output written to
 one is read by the next execution with no host copy in between.
 
-Multi-stage compilation (C11): the executable first compiled is the quick one (low XLA
+Multi-stage compilation (C11, `base.stages`): the executable first compiled is the quick one (low XLA
 optimisation). After `optimize_after` executions the optimised one is compiled and warmed up on a
 background thread and swapped in between two executions; the cache, when the model was prepared with one, is
 then rewritten under the exclusive lock through duplicated cache handles.
@@ -25,7 +25,6 @@ executions run once.
 """
 from __future__ import annotations
 
-import threading
 from contextlib import nullcontext
 from typing import Callable
 
@@ -37,6 +36,7 @@ from ... import tracing as trace
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
 from ...qos import threads
 from ..base import Binding, DriverPreparedModel
+from ..base.stages import Stages
 from ..base.native import LoopBudgets, NativeCall, raise_failed_check, run_native
 from . import program as prog
 
@@ -48,7 +48,7 @@ WORKER_THREADS = ("tf_XLAEigen",)
 MAX_LOOP_BUDGET = (1 << 31) - 1
 
 
-class XlaPreparedModel(DriverPreparedModel):
+class XlaPreparedModel(Stages, DriverPreparedModel):
     """A compiled partition. `model` is the relocated model (constants in pool 0, read in place);
     requests are validated against its main graph's declared operands; `signature` gives the
     compiled (inferred) shapes of the inputs and outputs."""
@@ -61,17 +61,11 @@ class XlaPreparedModel(DriverPreparedModel):
         self.signature = sig
         self._input_shapes = [s.shape() for s in sig.inputs]
         self.static_output_shapes = [s.shape() for s in sig.outputs]
-        self.stage = stage
+        self.init_stages(stage, optimize_after, on_optimized, "nnapi-xla-optimize")
         #: [(sub-model signature, compiled executable)], run in order.
         self._segments = list(segments)
-        self._on_optimized = on_optimized
-        self._optimize_after = optimize_after if stage == "quick" else None
-        self._runs = 0
         #: Per sub-model with loops, its iteration budget (kept between executions).
         self._loop_budgets = LoopBudgets(model, MAX_LOOP_BUDGET)
-        self._lock = threading.Lock()
-        self._optimizer: threading.Thread | None = None
-        self.optimize_error: str | None = None
         if constants is None:
             constants = prog.device_constants(model.pools[0].pointer if model.pools else None,
                                               [seg for seg, _ in self._segments], model)
@@ -82,37 +76,18 @@ class XlaPreparedModel(DriverPreparedModel):
         """The constant arguments on the device (shared with other preparations of the same content)."""
         return self._constants
 
-    # --- multi-stage compilation ----------------------------------------------------------------------
-    def _count_run(self) -> None:
-        if self._optimize_after is None or self._optimizer is not None:
-            return  # single stage, or the optimised compile already started
-        with self._lock:
-            self._runs += 1
-            start = (self._optimize_after is not None and self._runs >= self._optimize_after
-                     and self._optimizer is None)
-            if start:
-                self._optimizer = threads.start(self._optimize, name="nnapi-xla-optimize")
-
-    def _optimize(self) -> None:
-        """The optimised compile, in the background (`qos.threads`: at exit it stops between its stages,
-        and the process waits for the native stage under way)."""
-        try:
-            dims, lowered = prog.analyze_supported(self.model)
-            parts = prog.split(self.model, dims, lowered, self.signature, len(self._segments))
-            if threads.exiting():
-                return
-            segments = prog.compile_segments(self.model, parts, optimized=True)
-            if threads.exiting():
-                return
-            self._warm_up(segments)
-            with self._lock:
-                self._segments = segments
-                self.stage = "optimized"
-            if self._on_optimized is not None:
-                callback, self._on_optimized = self._on_optimized, None
-                callback(self)
-        except Exception as e:  # the quick executable keeps serving
-            self.optimize_error = f"{type(e).__name__}: {e}"
+    # --- multi-stage compilation (`base.stages`) --------------------------------------------------------
+    def optimized_stage(self):
+        """The optimised executables, compiled and warmed up (between the steps: nothing once exiting)."""
+        dims, lowered = prog.analyze_supported(self.model)
+        parts = prog.split(self.model, dims, lowered, self.signature, len(self._segments))
+        if threads.exiting():
+            return None
+        segments = prog.compile_segments(self.model, parts, optimized=True)
+        if threads.exiting():
+            return None
+        self._warm_up(segments)
+        return lambda: setattr(self, "_segments", segments)
 
     def _warm_up(self, segments: list) -> None:
         """Run each new executable once on zeros (loops: one iteration) before it serves requests:
@@ -125,21 +100,6 @@ class XlaPreparedModel(DriverPreparedModel):
                 jax.block_until_ready(exe(*args, np.int32(1)) if seg.loops else exe(*args))
             except Exception:  # zeros may be bad data for this model: warming is only an optimisation
                 pass
-
-    def optimize_now(self) -> None:
-        """Start the optimised compile at once (if it has not started) and wait for it."""
-        with self._lock:
-            if self._optimizer is None and self.stage == "quick":
-                self._optimizer = threads.start(self._optimize, name="nnapi-xla-optimize")
-            thread = self._optimizer
-        if thread is not None:
-            thread.join()
-
-    def wait_optimized(self, timeout: float | None = None) -> bool:
-        thread = self._optimizer
-        if thread is not None:
-            thread.join(timeout)
-        return self.stage == "optimized"
 
     @property
     def segments(self) -> list:
@@ -185,7 +145,7 @@ class XlaPreparedModel(DriverPreparedModel):
                 raise NnError(ErrorStatus.GENERAL_FAILURE,
                               f"xla execution failed: {type(e).__name__}: {e}") from e
             values.update(zip((s.index for s in seg.outputs), outs))
-        self._count_run()
+        self.count_run()
         return [values[s.index] for s in sig.outputs]
 
     @staticmethod
