@@ -1,0 +1,197 @@
+"""The driver floor (issue 33, item 1): one lowering table and claim loop, one bounded native run, one
+registry of verified content, identity and calibration hooks, multi-stage compilation, one thread
+helper: each piece checked on its own, and the compiling drivers checked to use them."""
+from __future__ import annotations
+
+import gc
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import nnapi
+from nnapi import OperandType as T, OperationType as Op
+from nnapi.drivers.base import (DriverDevice, LoweringTable, NativeCall, Stages, VerifiedContent, raise_failed_check,
+                                run_native)
+from nnapi.hal import ErrorStatus, NnError
+from nnapi.qos import threads
+from nnapi.validation import ConstantReader, infer_model_shapes
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def relu_then_add() -> nnapi.Model:
+    m = nnapi.Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, (2,))
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    r = m.add_operand(T.TENSOR_FLOAT32, (2,))
+    y = m.add_operand(T.TENSOR_FLOAT32, (2,))
+    m.add_operation(Op.RELU, [x], [r])
+    m.add_operation(Op.ADD, [r, r, act], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+def table() -> LoweringTable:
+    return LoweringTable("test", rules="nnapi.drivers.base", tensor_types=[T.TENSOR_FLOAT32],
+                         scalar_types=[T.INT32], default_types=[T.TENSOR_FLOAT32])
+
+
+# --- the lowering table and its claim loop -----------------------------------------------------------
+def test_a_rule_registers_once_and_the_table_says_what_it_holds():
+    t = table()
+    rule = t.register(Op.RELU)(lambda ctx, xs: xs)
+    assert Op.RELU in t and t[Op.RELU].fn is rule and t[Op.RELU].types == (T.TENSOR_FLOAT32,)
+    with pytest.raises(RuntimeError, match="RELU lowered twice"):
+        t.register(Op.RELU)(lambda ctx, xs: xs)
+    hal = relu_then_add().to_hal()
+    ops = hal.main.operands
+    assert t.holds(ops[0], (2,)) and not t.holds(ops[0], (0,)) and not t.holds(ops[0], ())
+
+
+def test_the_claim_loop_admits_what_has_a_rule_and_asks_the_backend_to_prove_it():
+    t = table()
+    t.register(Op.RELU)(lambda ctx, xs: xs)
+    hal = relu_then_add().to_hal()
+    dims, reader = infer_model_shapes(hal), ConstantReader(hal)
+    assert t.admit(hal, hal.main, hal.main.operations[1], dims, reader) == "no lowering rule"
+    entry, ctx = t.admit(hal, hal.main, hal.main.operations[0], dims, reader)
+    assert entry is t[Op.RELU] and ctx.op == Op.RELU
+    proved = []
+    _, _, results = t.claim_graph(hal, None, lambda m, op, k, entry, ctx, dims: (proved.append(k) or k, None))
+    assert results == [0, None] and proved == [0]
+
+
+# --- the bounded native run --------------------------------------------------------------------------
+class _Binding:
+    """What `run_native` uses of a `Binding`, without a scheduler."""
+
+    def __init__(self, deadline: int | None) -> None:
+        self.deadline = deadline
+
+    @staticmethod
+    def native(workers=()):
+        import contextlib
+        return contextlib.nullcontext()
+
+    preemptible = staticmethod(lambda stop: __import__("contextlib").nullcontext())
+    checkpoint = staticmethod(lambda where="": None)
+
+
+def test_a_native_call_that_can_be_waited_for_is_cancelled_at_the_deadline():
+    done, cancelled = threading.Event(), []
+    call = NativeCall(lambda: None, start=lambda: None, wait=lambda ms: done.wait(ms / 1000),
+                      cancel=lambda: (cancelled.append(True), done.set()), what="a test call")
+    start = time.monotonic()
+    with pytest.raises(NnError) as err:
+        run_native(_Binding(time.monotonic_ns() + 200_000_000), call)
+    assert err.value.status == ErrorStatus.MISSED_DEADLINE_TRANSIENT and "a test call" in err.value.message
+    assert cancelled and time.monotonic() - start < 2.0
+
+
+def test_a_native_call_without_a_deadline_runs_to_its_end():
+    assert run_native(_Binding(None), NativeCall(lambda: 42)) == 42
+
+
+def test_a_failed_run_time_check_names_its_message():
+    raise_failed_check(["a", "b"], np.array([False, False]))
+    with pytest.raises(NnError) as err:
+        raise_failed_check(["a", "b"], np.array([False, True]))
+    assert err.value.status == ErrorStatus.INVALID_ARGUMENT and err.value.message == "b"
+
+
+# --- the registry of verified content --------------------------------------------------------------
+def test_verified_content_is_kept_by_digest_and_held_only_while_alive_within_the_app():
+    content = VerifiedContent(capacity=2)
+    content.keep(b"d1", "decoded")
+    assert content.decoded(b"d1") == "decoded" and content.decoded(b"d1", "other") is None
+    content.keep(None, "ignored")
+    assert content.decoded(None) is None
+
+    class Held:
+        pass
+
+    held = Held()
+    assert content.hold(b"d1", 7, held) is held and content.hold(b"d1", 7, Held()) is held
+    assert content.held(b"d1", 7) is held and content.held(b"d1", 8) is None
+    del held
+    gc.collect()
+    assert content.held(b"d1", 7) is None
+
+
+# --- threads, stages -------------------------------------------------------------------------------------
+def test_run_all_gives_results_in_order_and_the_first_error():
+    assert threads.run_all([lambda k=k: k * k for k in range(5)], name="t", workers=2).results() == [0, 1, 4, 9, 16]
+    with pytest.raises(ValueError, match="two"):
+        threads.run_all([lambda: 1, lambda: (_ for _ in ()).throw(ValueError("two"))], name="t").results()
+
+
+def test_the_optimised_stage_starts_after_its_runs_and_rewrites_the_cache_once():
+    written = []
+
+    class Model(Stages):
+        def __init__(self) -> None:
+            self.init_stages("quick", 2, written.append, "test-optimize")
+            self.value = "quick"
+
+        def optimized_stage(self):
+            return lambda: setattr(self, "value", "optimized")
+
+    m = Model()
+    m.count_run()
+    assert m.stage == "quick" and not m.wait_optimized(0)
+    m.count_run()
+    assert m.wait_optimized(10) and m.value == "optimized" and written == [m]
+    m.optimize_now()
+    assert written == [m]
+
+
+# --- identity, calibration, imports ----------------------------------------------------------------------
+def test_the_default_version_is_made_of_the_identity_hooks():
+    class Device(DriverDevice):
+        NAME = "floor-test"
+        VERSION_SOURCES = ("drivers/base",)
+        VERSION_PACKAGES = {"np": "numpy"}
+        CPU_SPECIFIC = True
+
+    version = Device().version
+    parts = version.split("+")
+    assert parts[0] == nnapi.__version__ and parts[1] == "np" + np.__version__.split("-")[0]
+    assert parts[2].startswith("cpu") and parts[3].startswith("src") and len(parts) == 4
+
+
+def test_the_compiling_drivers_keep_their_version_forms_and_calibrate_against_the_reference():
+    from nnapi.drivers.openvino.device import OpenVinoDevice
+    from nnapi.drivers.xla import XlaDevice
+    assert XlaDevice().version.split("+")[1].startswith("jaxlib")
+    assert [p[:3] for p in OpenVinoDevice().version.split("+")[1:]] == ["ov2", "cpu", "src"]
+    baseline = XlaDevice().calibration_baseline()
+    assert baseline.NAME == "reference" and baseline.jit is False
+
+
+def test_the_base_imports_no_driver():
+    for path in (ROOT / "src" / "nnapi" / "drivers" / "base").glob("*.py"):
+        text = path.read_text()
+        for driver in ("reference", "xla", "openvino"):
+            assert f"from ..{driver}" not in text and f"drivers.{driver}" not in text, (path.name, driver)
+
+
+def test_drivers_start_threads_only_through_qos_threads():
+    for path in (ROOT / "src" / "nnapi" / "drivers").rglob("*.py"):
+        text = path.read_text()
+        assert "threading.Thread(" not in text and "ThreadPoolExecutor" not in text, path
+
+
+def test_the_plumbing_count_runs():
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plumbing.py"), "--json"], capture_output=True,
+                         text=True, timeout=120, check=True)
+    import json
+    counts = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(counts) == {"reference", "xla", "openvino"}
+    assert all(set(c) == {"plumbing", "rules", "compile", "cache"} for c in counts.values())
