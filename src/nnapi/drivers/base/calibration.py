@@ -22,6 +22,7 @@ from typing import Callable
 import numpy as np
 
 from ...caching import state_dir
+from ...qos import threads
 from ...hal import (Capabilities, DataLocation, MeasureTiming, MemoryPool, Model, Operand, OperandLifeTime,
                     OperandPerformance, OperandType as T, Operation, OperationType as Op, PerformanceInfo,
                     Request, RequestArgument, Subgraph)
@@ -112,6 +113,7 @@ def _ratio(device: _Timed, reference: _Timed) -> dict:
     ratios, device_s, reference_s = [], [], []
     start = time.monotonic()
     while len(ratios) < MAX_ROUNDS:
+        _stop_if_exiting()
         reference_s.append(reference.median_s(RUNS_PER_ROUND))
         device_s.append(device.median_s(RUNS_PER_ROUND))
         ratios.append(device_s[-1] / reference_s[-1])
@@ -128,13 +130,21 @@ def measure(device, steady, baseline) -> dict:
     """Ratios device / baseline on the calibration workload, per float type; `steady` is the device as
     it runs in the steady state (for XLA: the optimised executable at once, no caching engine), and
     `baseline` the baseline driver's (the reference interpreter, planned at preparation)."""
-    reference = baseline
     result = {}
     for name, dtype in (("float32", np.float32), ("float16", np.float16)):
         model = calibration_model(np.dtype(dtype))
-        result[name] = _ratio(_Timed(steady.prepare_model(model), model),
-                              _Timed(reference.prepare_model(model), model))
+        _stop_if_exiting()
+        timed = _Timed(steady.prepare_model(model), model)
+        _stop_if_exiting()
+        result[name] = _ratio(timed, _Timed(baseline.prepare_model(model), model))
     return result
+
+
+def _stop_if_exiting() -> None:
+    """Between the calibration's steps: once the process exits, it stops (nothing is stored, and the
+    device gets the fallback figures), so the exit does not wait for it inside native code."""
+    if threads.exiting():
+        raise RuntimeError("the process is exiting: calibration stopped")
 
 
 def _path(device, variant: str) -> str:
