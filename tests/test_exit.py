@@ -74,3 +74,25 @@ def test_ctrl_c_during_a_benchmark_exits_130(tmp_path, device):
         # `nnapi` (before any of the command's code runs, as on a loaded machine): the shell reports 130 too.
         assert bench.returncode in (0, 130, -signal.SIGINT) and "terminate called" not in err, \
             (delay, bench.returncode, err[-800:])
+
+
+LATE_START = textwrap.dedent('''
+    import atexit
+    def late():  # runs after nnapi's exit handler (registered before it: handlers run last first)
+        from nnapi.qos import threads
+        try:
+            threads.start(print, "ran", name="late")
+        except threads.ProcessExiting as e:
+            print("refused:", e)
+    atexit.register(late)
+    from nnapi.qos import threads
+    threads.start(lambda: None, name="early").join()
+''')
+
+
+def test_driver_work_asked_for_once_the_process_exits_is_refused_by_name():
+    """Once the exit has waited for the driver threads, a new one is refused (it would not be waited for),
+    with an error that says why, not the interpreter's "can't register atexit after shutdown"."""
+    out = subprocess.run([sys.executable, "-c", LATE_START], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "refused: late: the process is exiting: driver work is not started", out.stdout

@@ -27,6 +27,10 @@ _live: dict[threading.Thread, tuple[Callable[[], None] | None, float]] = {}
 _exiting = threading.Event()
 
 
+class ProcessExiting(RuntimeError):
+    """Driver work asked to start once the process is exiting (its threads would not be waited for)."""
+
+
 def exiting() -> bool:
     """Whether the process is exiting: long waits of driver threads should end now."""
     return _exiting.is_set()
@@ -43,13 +47,18 @@ def start(target: Callable[..., Any], *args: Any, name: str, stop: Callable[[], 
             with _lock:
                 _live.pop(threading.current_thread(), None)
 
+    if _exiting.is_set():
+        raise ProcessExiting(f"{name}: the process is exiting: driver work is not started")
     thread = threading.Thread(target=run, name=name, daemon=True)
     with _lock:
-        _live[thread] = (stop, exit_wait_s)
         # Exit handlers run last registered first: ours must run before those of the backends this thread
         # may use (JAX's `clean_up` destroys its client: a compile still running on it then crashes).
-        atexit.unregister(_end_all)
-        atexit.register(_end_all)
+        try:
+            atexit.unregister(_end_all)
+            atexit.register(_end_all)
+        except RuntimeError:  # the interpreter is finalizing: nothing would wait for the thread
+            raise ProcessExiting(f"{name}: the process is exiting: driver work is not started") from None
+        _live[thread] = (stop, exit_wait_s)
     thread.start()
     return thread
 

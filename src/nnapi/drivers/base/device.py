@@ -285,7 +285,8 @@ class DriverDevice(IDevice):
         except NnError:
             raise
         except Exception as e:  # a claim analysis that fails claims nothing, and is not remembered
-            log.warning("%s: claim analysis failed, nothing claimed: %s: %s", self.NAME, type(e).__name__, e)
+            log.log(logging.DEBUG if isinstance(e, threads.ProcessExiting) else logging.WARNING,
+                    "%s: claim analysis failed, nothing claimed: %s: %s", self.NAME, type(e).__name__, e)
             return [False] * n
         if len(flags) != n:
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"{self.NAME}: supported() gave {len(flags)} flags for "
