@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 import sys
 
@@ -72,3 +73,87 @@ def test_without_a_corpus_the_corpus_checks_are_skipped_with_the_reason(tmp_path
         kit.close()
     assert [r.id for r in results] == ["validation/corpus", "execution/corpus", "vectors/corpus"]
     assert all(r.status == "skipped" and "no test-vector corpus" in r.message for r in results)
+
+
+# --- issue 33: what a log and a report must hold, whatever happens ----------------------------------------------
+def _broken(*args: str, **kwargs) -> subprocess.CompletedProcess:
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
+    return subprocess.run([sys.executable, "-m", "nnapi.cli", "vts", *args, "--vectors", CTS], capture_output=True,
+                          text=True, timeout=kwargs.get("timeout", 300), env=env)
+
+
+def test_in_a_piped_log_each_failure_is_printed_once_and_whole():
+    out = _broken("--driver", "broken_drivers:WritesInputs", "--suite", "execution,memory", "-k", "[sync]")
+    assert out.returncode == 1
+    log = (out.stdout + out.stderr).splitlines()
+    failed = [line for line in log if line.startswith("FAILED ")]
+    assert len(failed) >= 3 and len(failed) == len(set(failed)), failed
+    assert all(line.endswith("a driver never writes to an execution's inputs (§2.2 rule 8)") for line in failed)
+    assert not any("FAILED" in line for line in out.stderr.splitlines())   # (once: on stdout)
+    assert out.stdout.strip().splitlines()[-1].endswith(f" passed, {len(failed)} failed, 0 skipped")
+
+
+def test_the_header_lists_the_drivers_claims_and_the_json_has_them(tmp_path):
+    report = tmp_path / "r.json"
+    out = _broken("--driver", "broken_drivers:RaisingClaims", "--suite", "memory", "-k", "io-pool[ashmem][sync]",
+                  "--json", str(report))
+    header = [line for line in out.stderr.splitlines() if line.startswith("nnapi vts: claims: ")]
+    assert header and header[0].startswith("nnapi vts: claims: 13 of 15 of the kit's models fully supported")
+    assert "ADD + RELU float32: the driver's supported() raised KeyError" in header[0]
+    claims = json.loads(report.read_text())["summary"]["claims"]
+    assert len(claims) == 15 and sum(c["supported"] for c in claims) == 13
+
+
+def _start(tmp_path, *args: str) -> tuple[subprocess.Popen, str]:
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
+    report = str(tmp_path / "r.json")
+    process = subprocess.Popen([sys.executable, "-m", "nnapi.cli", "vts", *args, "--vectors", CTS, "--json", report],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return process, report
+
+
+def _wait_for_results(report: str, process: subprocess.Popen, n: int = 1) -> dict:
+    import time
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        assert process.poll() is None
+        try:
+            with open(report, encoding="utf-8") as f:
+                data = json.load(f)
+            if len(data["results"]) >= n:
+                return data
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    raise AssertionError("no results written")
+
+
+def test_a_run_ended_by_a_signal_prints_its_summary_line_and_leaves_a_partial_json(tmp_path):
+    import signal
+    process, report = _start(tmp_path, "--driver", "broken_drivers:NeverCallsBack", "--suite", "execution",
+                             "--timeout", "60")
+    _wait_for_results(report, process, 2)   # the async check after these waits 60 s for its callback
+    process.send_signal(signal.SIGTERM)
+    stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-2000:]
+    data = json.loads(open(report, encoding="utf-8").read())
+    summary = data["summary"]
+    assert summary["complete"] is False and summary["interrupted"] == "SIGTERM"
+    assert 2 <= len(data["results"]) < summary["planned"]
+    assert stdout.strip().splitlines()[-1] == (f"{summary['passed']} passed, {summary['failed']} failed, "
+                                               f"{summary['skipped']} skipped")
+    assert f"interrupted by SIGTERM after {len(data['results'])} of {summary['planned']} checks" in stderr
+
+
+def test_a_killed_run_leaves_a_partial_json_with_its_summary(tmp_path):
+    import signal
+    process, report = _start(tmp_path, "--driver", "broken_drivers:NeverCallsBack", "--suite", "execution",
+                             "--timeout", "60")
+    _wait_for_results(report, process, 2)
+    process.send_signal(signal.SIGKILL)
+    process.communicate(timeout=60)
+    data = json.loads(open(report, encoding="utf-8").read())
+    assert data["summary"]["complete"] is False and len(data["results"]) >= 2
+    assert data["summary"]["passed"] + data["summary"]["failed"] + data["summary"]["skipped"] == len(data["results"])

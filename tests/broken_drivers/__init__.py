@@ -1,7 +1,9 @@
 """Deliberately broken drivers: each delegates to the reference driver and breaks exactly one behaviour.
 
 `Delegating` only delegates (the kit must pass it); every other class changes one thing, and
-`BROKEN` says which suite and check of `nnapi vts` must catch it and what its message must name.
+`BROKEN` says which suite and check of `nnapi vts` must catch it and what its message must name (and
+whether it may only run hosted in a process of its own: one that ends or forks its process). Each can
+be certified from the command line: `PYTHONPATH=tests nnapi vts --driver broken_drivers:NAME --quick`.
 """
 from __future__ import annotations
 
@@ -506,33 +508,43 @@ def _scramble(request: Request) -> None:
         mapped.buffer[arg.location.offset:arg.location.offset + n] = bytes([0x40]) * n
 
 
-class WrongValuesPrepared(DelegatingPrepared):
-    def __init__(self, inner: IPreparedModel, device: Delegating) -> None:
-        super().__init__(inner, device)
-        model = getattr(inner, "model", None)
-        self.broken = model is not None and any(op.type == OperationType.LOGISTIC for op in model.main.operations)
+class AfterSuccessPrepared(DelegatingPrepared):
+    """Runs `after(request)` once an execution succeeded, whatever the executor: a driver that does something
+    to the request's memory when it is done."""
+
+    def after(self, request: Request) -> None:
+        raise NotImplementedError
 
     def execute(self, request, measure, deadline, loop_timeout_ns, callback, **kw):
         def forward(status, shapes, timing):
-            if status == ErrorStatus.NONE and self.broken:
-                _scramble(request)
+            if status == ErrorStatus.NONE:
+                self.after(request)
             callback(status, shapes, timing)
         return super().execute(request, measure, deadline, loop_timeout_ns, forward, **kw)
 
     def execute_synchronously(self, request, *a, **kw):
         result = super().execute_synchronously(request, *a, **kw)
-        if self.broken:
-            _scramble(request)
+        self.after(request)
         return result
 
     def execute_fenced(self, request, *a, **kw):
         result = super().execute_fenced(request, *a, **kw)
-        if self.broken:
-            _scramble(request)
+        self.after(request)
         return result
 
     def configure_execution_burst(self) -> IBurst:
         return SimpleBurst(self)
+
+
+class WrongValuesPrepared(AfterSuccessPrepared):
+    def __init__(self, inner: IPreparedModel, device: Delegating) -> None:
+        super().__init__(inner, device)
+        model = getattr(inner, "model", None)
+        self.broken = model is not None and any(op.type == OperationType.LOGISTIC for op in model.main.operations)
+
+    def after(self, request: Request) -> None:
+        if self.broken:
+            _scramble(request)
 
 
 class WrongLogisticValues(Delegating):
@@ -542,15 +554,126 @@ class WrongLogisticValues(Delegating):
     Prepared = WrongValuesPrepared
 
 
+# --- what no single check owned (issue 33: the kit misses nothing) ------------------------------------------
+def _touch_input(request: Request) -> None:
+    """Add 1 to the first byte of input 0 (in the app's memory): a driver that uses its inputs as scratch."""
+    if not request.inputs or request.inputs[0].has_no_value:
+        return
+    loc = request.inputs[0].location
+    pool = request.pools[loc.pool_index]
+    if pool.token is not None or loc.length == 0:
+        return
+    mapped = map_pool(pool)
+    mapped.buffer[loc.offset] = (mapped.buffer[loc.offset] + 1) % 256
+
+
+class InputWritingPrepared(AfterSuccessPrepared):
+    def after(self, request: Request) -> None:
+        _touch_input(request)
+
+
+class WritesInputs(Delegating):
+    """Breaks §2.2 rule 8: after each successful execution the first byte of input 0 is changed in place."""
+
+    NAME = "broken-writes-inputs"
+    Prepared = InputWritingPrepared
+
+
+class RaisingClaims(ReferenceDevice):
+    """Breaks get_supported_operations the way a driver on `nnapi.drivers.base` does: its `supported()`
+    raises KeyError for any model with a RELU, which the base logs and answers as "nothing supported"."""
+
+    NAME = "broken-claims"
+
+    def supported(self, model: Model) -> list[bool]:
+        if any(op.type == OperationType.RELU for op in model.main.operations):
+            raise KeyError("no claim rule for RELU")
+        return super().supported(model)
+
+
+class CachesNothing(Delegating):
+    """Breaks §1: asks for cache files but never writes them, and every preparation from cache fails."""
+
+    NAME = "broken-caches-nothing"
+
+    def prepare_model(self, model, preference, priority, deadline, cache, token, **kw):
+        return super().prepare_model(model, preference, priority, deadline, None, None, **kw)
+
+    def prepare_model_from_cache(self, deadline, cache, token, **kw):
+        raise NnError(ErrorStatus.GENERAL_FAILURE, "nothing cached")
+
+
+class PrepareHangs(Delegating):
+    """Breaks "never hangs": prepare_model never returns."""
+
+    NAME = "broken-prepare-hang"
+
+    def prepare_model(self, *a, **kw):
+        threading.Event().wait()
+
+
+# --- what only a driver in a process of its own can do to the kit (`nnapi vts` hosts it) -------------------------
+class ExitingPrepared(DelegatingPrepared):
+    def execute_fenced(self, *a, **kw):
+        os._exit(3)
+
+
+class ExitsInFenced(Delegating):
+    """Breaks "never ends its process": execute_fenced calls os._exit(3)."""
+
+    NAME = "broken-exits"
+    Prepared = ExitingPrepared
+
+
+class SegfaultingPrepared(DelegatingPrepared):
+    def configure_execution_burst(self) -> IBurst:
+        import ctypes
+        ctypes.string_at(0)   # a native crash: SIGSEGV
+        raise AssertionError("unreachable")
+
+
+class CrashesInBurst(Delegating):
+    """Breaks "never crashes": configure_execution_burst dereferences a null pointer (SIGSEGV)."""
+
+    NAME = "broken-segfault"
+    Prepared = SegfaultingPrepared
+
+
+class ForksInPrepare(Delegating):
+    """Breaks "keeps to its process": every prepare_model forks the process, and the child lingers 30 s."""
+
+    NAME = "broken-forks"
+
+    def prepare_model(self, *a, **kw):
+        import time
+        if os.fork() == 0:
+            time.sleep(30)
+            os._exit(0)
+        return super().prepare_model(*a, **kw)
+
+
+class LeavesAProcess(Delegating):
+    """Breaks "keeps to its process": each prepare_model starts `sleep 60` and never waits for it."""
+
+    NAME = "broken-leftover"
+
+    def prepare_model(self, *a, **kw):
+        import subprocess
+        subprocess.Popen(["sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return super().prepare_model(*a, **kw)
+
+
 @dataclass(frozen=True)
 class Broken:
     """A broken driver, the check of `nnapi vts` that catches it and what the failure must name."""
 
-    driver: type[Delegating]
+    driver: type[IDevice]
     suite: str
     k: str
     fragment: str
     timeout: float = 10.0
+    #: Only hosted in a process of its own (in the kit's process it would end or fork the kit).
+    hosted: bool = False
 
 
 BROKEN = [
@@ -572,6 +695,17 @@ BROKEN = [
     Broken(DeviceTimeOverDriverTime, "execution", "timing-order[sync]", "time on device"),
     Broken(DropsOutputShapes, "execution", "dynamic-output-shape[sync]", "reported output shapes []"),
     Broken(WrongLogisticValues, "vectors", "logistic", "values off"),
+    Broken(WritesInputs, "execution", "execution/sync[timing-no]", "input 0 was written"),
+    Broken(RaisingClaims, "memory", "io-pool[ashmem][sync]", "supported() raised KeyError: 'no claim rule for "
+           "RELU' on a model of ADD, RELU"),
+    Broken(CachesNothing, "caching", "save-and-retrieve[float32]", "cached none of the kit's models"),
+    Broken(PrepareHangs, "execution", "execution/sync[timing-no]", "did not return within", timeout=2.0),
+    Broken(ExitsInFenced, "execution", "execution/fenced[timing-no]", "the driver's process exited with status 3",
+           hosted=True),
+    Broken(CrashesInBurst, "execution", "execution/burst[timing-no]", "the driver's process was killed by SIGSEGV",
+           hosted=True),
+    Broken(ForksInPrepare, "execution", "execution/sync[timing-no]", "the driver forked its process", hosted=True),
+    Broken(LeavesAProcess, "execution", "execution/sync[timing-no]", "(sleep 60) (ended by the kit)", hosted=True),
 ]
 
 __all__ = ["BROKEN", "Broken", "Delegating"] + [b.driver.__name__ for b in BROKEN]

@@ -11,6 +11,10 @@ Use from Python:
 
     from nnapi.conformance import vts
     results = vts.run_kit(driver_or_device, suites=["caching"], quick=True)
+    results = vts.run_kit("mypackage.driver:create_device")   # hosted in a process of its own
+
+A driver object runs in the caller's process; a driver named by a string (an installed entry point or
+`module:factory`) runs in a process of its own (`host`), unless `in_process=True`.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from ...runtime import Device
 from .core import SUITES, Check, CheckResult, Fail, Kit, Options, Skip, per_suite, run_checks, summarize
 
 __all__ = ["SUITES", "Check", "CheckResult", "Fail", "Kit", "Options", "Skip", "collect", "device_for",
-           "per_suite", "run_kit", "summarize"]
+           "open_kit", "per_suite", "run_kit", "summarize"]
 
 
 def device_for(driver: IDevice | Device) -> Device:
@@ -52,12 +56,27 @@ def collect(kit: Kit, suites: Iterable[str] | None = None, k: str | None = None)
     return checks
 
 
-def run_kit(driver: IDevice | Device, suites: Sequence[str] | None = None, *, quick: bool = False,
+def open_kit(driver: IDevice | Device | str, options: Options, *, in_process: bool = False) -> Kit:
+    """A kit on `driver`: an object where it is; a name or `module:factory` hosted in a process of its own
+    (`host.Host`, the kit's supervisor) unless `in_process`."""
+    if not isinstance(driver, str):
+        return Kit(device_for(driver), options)
+    from .host import Host, load
+    if in_process:
+        return Kit(device_for(load(driver)), options)
+    host = Host(driver)
+    kit = Kit(host.device, options)
+    kit.supervisor = host
+    return kit
+
+
+def run_kit(driver: IDevice | Device | str, suites: Sequence[str] | None = None, *, quick: bool = False,
             k: str | None = None, timeout: float = 60.0, vectors: str | Path | None = None,
-            progress: Callable[[CheckResult, int, int], None] | None = None) -> list[CheckResult]:
-    """Run the kit on one driver and return one result per check."""
+            progress: Callable[[CheckResult, int, int], None] | None = None,
+            in_process: bool = False) -> list[CheckResult]:
+    """Run the kit on one driver (see `open_kit`) and return one result per check."""
     from .corpus import find_corpus
-    kit = Kit(device_for(driver), Options(quick=quick, timeout=timeout, vectors=find_corpus(vectors)))
+    kit = open_kit(driver, Options(quick=quick, timeout=timeout, vectors=find_corpus(vectors)), in_process=in_process)
     try:
         return run_checks(kit, collect(kit, suites, k), progress)
     finally:

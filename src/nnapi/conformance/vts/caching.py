@@ -121,11 +121,39 @@ def _fixture(kit: Kit, name: str) -> VtsCache:
     return cache
 
 
-def _supported(kit: Kit) -> tuple[int, int]:
+def claims_caching(kit: Kit) -> tuple[int, int]:
+    """The cache-file counts of a driver that caches: Skip when it needs no files; Fail when it asks for
+    files but caches none of the kit's models (`caches_something`)."""
     counts = kit.cache_files()
     if counts == (0, 0):
         raise Skip("the driver needs no cache files: compilation caching is not supported")
+    kit.memo("caches-something", lambda: caches_something(kit, counts))
     return counts
+
+
+def caches_something(kit: Kit, counts: tuple[int, int]) -> str:
+    """The name of a kit model the driver caches (saved with prepare_model, then prepared from cache).
+    A driver may choose not to cache a model, but one that asks for cache files and caches none of the
+    kit's models only pretends to support caching: Fail saying so (Skip when it supports none)."""
+    tried = []
+    for name in CACHING_MODELS:
+        try:
+            subject = _subject(kit, name)
+        except Skip:
+            continue
+        cache = _fixture(kit, f"probe-{name}")
+        save(kit, subject, cache.handles(), cache.token)
+        cache.close()
+        status, _ = retrieve(kit, cache.handles(), cache.token)
+        cache.close()
+        if status == ErrorStatus.NONE:
+            return name
+        tried.append(f"{name}: {status_name(status)}")
+    if not tried:
+        raise Skip(f"the driver supports none of the kit's caching models ({', '.join(CACHING_MODELS)})")
+    raise Fail(f"get_number_of_cache_files_needed reports {counts[0]} model and {counts[1]} data cache files, but "
+               f"the driver cached none of the kit's models (prepare_model_from_cache after a correct save: "
+               f"{'; '.join(tried)}); a driver that caches nothing reports (0, 0)")
 
 
 def _subject(kit: Kit, name: str) -> Subject:
@@ -215,6 +243,7 @@ def save_and_retrieve(kit: Kit, name: str) -> None:
         expect_rejected(status, from_cache, (ErrorStatus.GENERAL_FAILURE,),
                         "on a driver that does not support caching")
         return
+    claims_caching(kit)
     prepared = save(kit, subject, cache.handles(), cache.token)
     check_outputs(kit, prepared, subject, "the model prepared while saving")
     from_cache = _retrieve_or_skip(kit, cache.handles(), cache.token, subject)
@@ -223,7 +252,7 @@ def save_and_retrieve(kit: Kit, name: str) -> None:
 
 def non_zero_offset(kit: Kit, name: str) -> None:
     """Stale content and fd offsets: the driver truncates before writing and never trusts the position."""
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"offset-{name}")
     handles = cache.handles()
@@ -239,7 +268,7 @@ def non_zero_offset(kit: Kit, name: str) -> None:
 
 def larger_stale_content(kit: Kit, name: str) -> None:
     """Files longer than the new content: the driver must truncate them to zero before writing."""
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"stale-{name}")
     for p in (*cache.model, *cache.data):
@@ -262,7 +291,7 @@ def _wrong_counts(cache: VtsCache) -> list[tuple[str, list[Path], list[Path]]]:
 
 
 def save_invalid_num_cache(kit: Kit, name: str) -> None:
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"savenum-{name}")
     for label, model_paths, data_paths in _wrong_counts(cache):
@@ -274,7 +303,7 @@ def save_invalid_num_cache(kit: Kit, name: str) -> None:
 
 
 def retrieve_invalid_num_cache(kit: Kit, name: str) -> None:
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"getnum-{name}")
     save(kit, subject, cache.handles(), cache.token)
@@ -287,7 +316,7 @@ def retrieve_invalid_num_cache(kit: Kit, name: str) -> None:
 def save_invalid_fd(kit: Kit, name: str) -> None:
     """SaveToCacheInvalidNumFd in its closest representable form: a slot holds one int fd, so a handle
     with 0 or 2 fds cannot be written; instead a slot holds a descriptor that is no usable cache file."""
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"savefd-{name}")
     for slot in cache.slots():
@@ -301,7 +330,7 @@ def save_invalid_fd(kit: Kit, name: str) -> None:
 
 
 def retrieve_invalid_fd(kit: Kit, name: str) -> None:
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"getfd-{name}")
     save(kit, subject, cache.handles(), cache.token)
@@ -314,7 +343,7 @@ def retrieve_invalid_fd(kit: Kit, name: str) -> None:
 
 
 def save_invalid_access_mode(kit: Kit, name: str) -> None:
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"savemode-{name}")
     for kind, i in cache.slots():
@@ -328,7 +357,7 @@ def save_invalid_access_mode(kit: Kit, name: str) -> None:
 
 
 def retrieve_invalid_access_mode(kit: Kit, name: str) -> None:
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"getmode-{name}")
     save(kit, subject, cache.handles(), cache.token)
@@ -372,7 +401,7 @@ def _copy_until(stop: threading.Event, sources: list[Path], targets: list[Path])
 
 
 def _race_setup(kit: Kit, quant: bool, name: str) -> tuple[VtsCache, Subject, Subject]:
-    n_model, _ = _supported(kit)
+    n_model, _ = claims_caching(kit)
     if n_model == 0:
         raise Skip("the driver uses no model-cache files, so there is no model cache to race")
     mul, add = _chains(kit, quant)
@@ -508,7 +537,7 @@ def _tolerated(kit: Kit, cache: VtsCache, subject: Subject, what: str) -> None:
 
 
 def _model_tamper(kit: Kit, name: str, mutate: Any, label: str) -> None:
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"{label}-{name}")
     if not cache.model:
@@ -539,7 +568,7 @@ def truncated_model_cache(kit: Kit, name: str) -> None:
 
 
 def _data_tamper(kit: Kit, name: str, mutate: Any, label: str) -> None:
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"{label}-{name}")
     if not cache.data:
@@ -566,7 +595,7 @@ def truncated_data_cache(kit: Kit, name: str) -> None:
 
 
 def wrong_token(kit: Kit, name: str) -> None:
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"token-{name}")
     for seed in _seeds(kit):
@@ -584,7 +613,7 @@ def wrong_token(kit: Kit, name: str) -> None:
 
 def other_models_cache(kit: Kit, name: str) -> None:
     """Both caches of the other parameter model put in place of this model's, under this model's token."""
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     other = _subject(kit, "quant8" if name == "float32" else "float32")
     cache = _fixture(kit, f"other-{name}")
@@ -604,7 +633,7 @@ def other_models_cache(kit: Kit, name: str) -> None:
 
 def swapped_files(kit: Kit, name: str) -> None:
     """Model-cache file 0 and data-cache file 0 swapped: the model cache changed, so it is rejected."""
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"swap-{name}")
     if not cache.model or not cache.data:
@@ -630,7 +659,7 @@ def empty_vectors_ignore_token(kit: Kit, name: str) -> None:
 
 
 def retrieve_bad_token(kit: Kit, name: str) -> None:
-    _supported(kit)
+    claims_caching(kit)
     subject = _subject(kit, name)
     cache = _fixture(kit, f"badtoken-{name}")
     save(kit, subject, cache.handles(), cache.token)

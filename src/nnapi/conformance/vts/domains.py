@@ -13,6 +13,7 @@ buffer are skipped (the allocation-validation checks still run).
 """
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -541,15 +542,19 @@ def dynamic_buffer_resizes(kit: Kit, t: T) -> None:
 def another_clients_token(kit: Kit, t: T) -> None:
     """M8: a buffer allocated by one client (process) may not be used by another: its token and its IBuffer
     are refused with INVALID_ARGUMENT. The kit plays the other client through
-    `nnapi.memory.domains.calling_client`, the identity a driver service sets for each caller."""
-    if getattr(kit.device, "location", "") == "service" or type(kit.driver).__module__.startswith("nnapi.service"):
+    `nnapi.memory.domains.calling_client`, the identity a driver service sets for each caller; for a driver
+    the kit hosts in a process of its own, the host sets it (`host.Host.impersonate`)."""
+    host = kit.supervisor if hasattr(kit.supervisor, "impersonate") else None
+    if host is None and (getattr(kit.device, "location", "") == "service"
+                         or type(kit.driver).__module__.startswith("nnapi.service")):
         raise Skip("a driver served by `nnapi serve` knows its clients by their connection's credentials, so the "
                    "other client would be another process, where this prepared model and buffer do not exist "
                    "(the service's own tests cover M8 across processes)")
+    as_client = host.impersonate if host is not None else calling_client
     c, size = conv(kit, t), size_of(t)
     uid, pid = current_client()
     owner = (uid, pid + 1_000_000)
-    with calling_client(*owner):
+    with contextlib.nullcontext() if host is not None else calling_client(*owner):   # (hosted: the kit's own)
         buffer, token = buffer_for(kit, [c], [role()], [role()])
         initialized(kit, buffer, t)
         for executor in EXECUTORS:
@@ -557,7 +562,7 @@ def another_clients_token(kit: Kit, t: T) -> None:
                  "the allocating client's own buffer")
     for other, label in (((uid + 1, pid + 2_000_000), "another user id"), ((uid, pid + 3_000_000),
                                                                            "the same user id in another process")):
-        with calling_client(*other):
+        with as_client(*other):
             for executor in EXECUTORS:
                 _run(kit, c, [Token(token)], [Shared(size)], executor, ErrorStatus.INVALID_ARGUMENT,
                      f"a buffer token of another client ({label})")

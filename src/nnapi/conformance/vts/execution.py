@@ -28,7 +28,7 @@ from ...hal import (BufferDesc, BufferRole, DataLocation, ErrorStatus, MeasureTi
 from .core import Check, Fail, Kit, Skip, make, skipped, status_name
 from .corpus import Case, case, selection
 from .hal_exec import (NO_TIMING, Io, Outcome, Region, execute, execute_fenced_after, execute_fenced_chain,
-                       expect, expect_no_timing, expect_timing_order, prepare, shared_memory, vts_io)
+                       expect, expect_no_timing, expect_timing_order, inputs_kept, prepare, shared_memory, vts_io)
 from .models import add_relu_model, alternating_chain_subject, dynamic_relu_model
 
 SUITE = "execution"
@@ -101,7 +101,7 @@ def async_callback(kit: Kit) -> None:
         calls.append(args)
         done.set()
 
-    with vts_io([X, Y], [16]) as io:
+    with vts_io([X, Y], [16]) as io, inputs_kept(io.request, "async execution"):
         try:
             kit.call("execute (asynchronous)", prepared.execute, io.request, MeasureTiming.NO, None, None, callback)
         except NnError as e:

@@ -2,22 +2,26 @@
 buffers, and one call per executor (sync, async, fenced, burst) read back as (status, shapes, timing).
 
 Everything here calls the driver through `Kit.call`, so a hang or a plain exception becomes a
-failure of the check, never of the kit.
+failure of the check, never of the kit. Every execution, whatever the check and the executor, also
+checks that the request's input regions are unchanged afterwards (`InputGuard`: a driver never writes
+to the app's inputs).
 """
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import select
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
 from ...hal import (DataLocation, ErrorStatus, MeasureTiming, MemoryHandle, MemoryPool, Model, NnError, OutputShape,
                     Request, RequestArgument, Timing)
-from ...memory import HardwareBuffer, allocate_ashmem, close_handle, map_handle, map_pool, mmap_fd_handle
+from ...memory import (HardwareBuffer, MappedImage, allocate_ashmem, close_handle, map_handle, map_pool,
+                       mmap_fd_handle)
 from .core import DriverHang, Fail, Kit, status_name
 
 NO_TIMING = 2**64 - 1
@@ -198,6 +202,72 @@ def separate_io(inputs: Sequence[Shared | Token], outputs: Sequence[Shared | Tok
     return Io(Request(args_in, args_out, pools), regions, out_at)
 
 
+# --- inputs stay as they were ----------------------------------------------------------------------
+def _output_spans(request: Request) -> dict[int, list[tuple[int, int]]]:
+    """Per pool, the [start, end) regions of the request's outputs (an input overlapping one may change)."""
+    spans: dict[int, list[tuple[int, int]]] = {}
+    for arg in request.outputs:
+        try:
+            if not arg.has_no_value:
+                loc = arg.location
+                spans.setdefault(int(loc.pool_index), []).append((int(loc.offset), int(loc.offset) + int(loc.length)))
+        except (AttributeError, TypeError, ValueError):
+            continue
+    return spans
+
+
+class InputGuard:
+    """The bytes of a request's input regions before an execution, to check afterwards that the driver
+    wrote none of them (§2.2 rule 8). Regions the kit cannot map (a malformed pool, out of bounds, a
+    driver buffer) or that overlap an output are left out."""
+
+    def __init__(self, request: Request) -> None:
+        self._regions: list[tuple[int, int, int, Any, bytes]] = []   # (input, pool, offset, mapping, bytes)
+        try:
+            inputs, pools, outputs = list(request.inputs), list(request.pools), _output_spans(request)
+        except (AttributeError, TypeError):
+            return
+        mapped: dict[int, Any] = {}
+        for k, arg in enumerate(inputs):
+            try:
+                if arg.has_no_value:
+                    continue
+                index, offset, length = int(arg.location.pool_index), int(arg.location.offset), int(arg.location.length)
+                if not 0 <= index < len(pools) or pools[index].token is not None:
+                    continue
+                if index not in mapped:
+                    mapped[index] = map_pool(pools[index])
+                view = mapped[index]
+                if length == 0 and isinstance(view, MappedImage):   # a non-BLOB buffer is used whole
+                    offset, length = 0, view.size
+                if offset < 0 or length <= 0 or offset + length > view.size:
+                    continue
+                if any(start < offset + length and offset < end for start, end in outputs.get(index, ())):
+                    continue
+                self._regions.append((k, index, offset, view, bytes(view.buffer[offset:offset + length])))
+            except Exception:  # (whatever the kit cannot read back, it does not judge)
+                continue
+
+    def check(self, what: str) -> None:
+        """Fail naming the first input whose region changed."""
+        regions, self._regions = self._regions, []
+        for k, pool, offset, view, before in regions:
+            now = bytes(view.buffer[offset:offset + len(before)])
+            if now != before:
+                i = next(j for j in range(len(before)) if now[j] != before[j])
+                raise Fail(f"{what}: input {k} was written (byte {i} of its {len(before)}-byte region at offset "
+                           f"{offset} of pool {pool} went from 0x{before[i]:02x} to 0x{now[i]:02x}); a driver never "
+                           "writes to an execution's inputs (§2.2 rule 8)")
+
+
+@contextlib.contextmanager
+def inputs_kept(request: Request, what: str) -> Iterator[None]:
+    """Around a driver call that executes `request`: afterwards its input regions are unchanged."""
+    guard = InputGuard(request)
+    yield
+    guard.check(what)
+
+
 # --- executions -------------------------------------------------------------------------------------
 @dataclass
 class Outcome:
@@ -248,22 +318,37 @@ def _error(e: NnError, launch: bool = False) -> Outcome:
 
 
 def wait_fence(kit: Kit, fd: int, what: str) -> None:
-    """Wait until a sync fence fd is signalled (readable), at most the kit's time limit."""
+    """Wait until a sync fence fd is signalled (readable), at most the kit's time limit (`Hangs`)."""
     poller = select.poll()
     poller.register(fd, select.POLLIN)
+    ready: list[tuple[int, int]] = []
+
+    def signalled(seconds: float) -> bool:
+        ready[:] = poller.poll(max(1, int(seconds * 1000)))
+        return bool(ready)
+
     try:
-        ready = poller.poll(int(kit.timeout * 1000))
+        ok, limit, note = kit.wait_until(signalled, f"the sync fence of {what}")
     except OSError as e:
         raise Fail(f"{what}: the returned sync fence {fd} cannot be waited on: {e}") from None
-    if not ready:
-        raise DriverHang(f"{what}: the returned sync fence {fd} was never signalled (waited {kit.timeout:g} s)")
+    if not ok:
+        raise DriverHang(f"{what}: the returned sync fence {fd} was never signalled (waited {limit:g} s){note}")
     if any(events & select.POLLNVAL for _, events in ready):
         raise Fail(f"{what}: the returned sync fence {fd} is not an open file descriptor")
 
 
 def execute(kit: Kit, prepared: Any, request: Request, executor: str, measure: MeasureTiming = MeasureTiming.NO,
             deadline: int | None = None, loop_timeout_ns: int | None = None) -> Outcome:
-    """One execution of `request` on `prepared` through `executor` (see EXECUTORS)."""
+    """One execution of `request` on `prepared` through `executor` (see EXECUTORS); its inputs must be
+    unchanged afterwards (`InputGuard`)."""
+    guard = InputGuard(request)
+    outcome = _execute(kit, prepared, request, executor, measure, deadline, loop_timeout_ns)
+    guard.check(f"{executor} execution")
+    return outcome
+
+
+def _execute(kit: Kit, prepared: Any, request: Request, executor: str, measure: MeasureTiming,
+             deadline: int | None, loop_timeout_ns: int | None) -> Outcome:
     if executor == "sync":
         what = "execute_synchronously"
         try:
@@ -372,12 +457,18 @@ def _execute_burst(kit: Kit, prepared: Any, request: Request, measure: MeasureTi
 def execute_fenced_after(kit: Kit, prepared: Any, request: Request, wait_for: Sequence[int],
                          measure: MeasureTiming = MeasureTiming.NO) -> Outcome:
     """A fenced execution that waits on `wait_for` first."""
-    return _execute_fenced(kit, prepared, request, measure, None, None, wait_for)
+    with inputs_kept(request, "fenced execution"):
+        return _execute_fenced(kit, prepared, request, measure, None, None, wait_for)
 
 
 def execute_fenced_chain(kit: Kit, prepared: Any, request: Request, measure: MeasureTiming) -> Outcome:
     """VTS FENCED: execute_fenced; if it returns a sync fence, a second execute_fenced waiting on that fence
     must succeed too. The outcome is the first execution's."""
+    with inputs_kept(request, "fenced execution"):
+        return _fenced_chain(kit, prepared, request, measure)
+
+
+def _fenced_chain(kit: Kit, prepared: Any, request: Request, measure: MeasureTiming) -> Outcome:
     what = "execute_fenced"
     try:
         value = kit.call(what, prepared.execute_fenced, request, [], measure, None, None, None)

@@ -21,7 +21,7 @@ from ...hal import (DataLocation, ErrorStatus, MemoryHandle, MemoryPool, Model, 
 from ...memory import HardwareBuffer, HardwareBufferFormat as Fmt
 from ...runtime import Compilation, Execution, Memory
 from .core import Check, Fail, Kit, Skip, make, status_name
-from .hal_exec import EXECUTORS, execute, expect, prepare, shared_memory, vts_io
+from .hal_exec import EXECUTORS, execute, expect, inputs_kept, prepare, shared_memory, vts_io
 from .models import add_relu_model, constant_model, dynamic_relu_model
 
 SUITE = "memory"
@@ -418,7 +418,7 @@ def mismatched_dimensions(kit: Kit) -> None:
 def fenced_bad_wait_fence(kit: Kit) -> None:
     """Rule 7: a wait_for entry that is no fence (-1) gives INVALID_ARGUMENT at once."""
     prepared = _add_relu(kit)
-    with vts_io([X, Y], [16]) as io:
+    with vts_io([X, Y], [16]) as io, inputs_kept(io.request, "fenced execution waiting on fence -1"):
         try:
             kit.call("execute_fenced", prepared.execute_fenced, io.request, [-1], 0, None, None, None)
         except NnError as e:
@@ -481,8 +481,8 @@ def checks(kit: Kit) -> Iterator[Check]:
          fenced_zero_sized_output),
         ("fenced-bad-wait-fence", "§2.2 rule 7 (VtsHalNeuralnetworks validateExecuteFenced)", fenced_bad_wait_fence),
     ]
-    for name, behaviour, fn in rules:
-        yield make(SUITE, name, behaviour, fn)
+    for name, behaviour, fn in rules:   # (a bad wait fence is refused by a service before the driver sees it)
+        yield make(SUITE, name, behaviour, fn, inside=name == "fenced-bad-wait-fence")
     for kind in MANDATORY:
         yield make(SUITE, f"runtime-memory[{kind}]", "§2.3 CTS: constants and execution I/O from memory",
                    runtime_memory_kinds, kind)

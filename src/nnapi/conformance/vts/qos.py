@@ -20,7 +20,7 @@ import time
 from typing import Any, Iterator
 
 from ...hal import (NO_DEADLINE, ErrorStatus, ExecutionPreference, MeasureTiming, NnError, Priority)
-from .caching import VtsCache
+from .caching import VtsCache, claims_caching
 from .core import Check, Fail, Kit, Skip, make, status_name
 from .corpus import case, find
 from .hal_exec import EXECUTORS, NO_TIMING, Outcome, execute, expect_no_timing, prepare, vts_io
@@ -120,9 +120,7 @@ def deadline_prepare(kit: Kit, name: str, bound: str) -> None:
 
 
 def deadline_prepare_from_cache(kit: Kit, bound: str) -> None:
-    counts = kit.cache_files()
-    if counts == (0, 0):
-        raise Skip("the driver needs no cache files: compilation caching is not supported")
+    counts = claims_caching(kit)
     subject = _chain(kit)
     cache = VtsCache(kit.scratch(f"deadline-cache-{bound}"), counts)
     kit.on_close(cache.close)

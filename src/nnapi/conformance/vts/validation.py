@@ -23,11 +23,14 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+import numpy as np
+
 from ...hal import (Capabilities, DataLocation, ErrorStatus, MeasureTiming, Model, NnError, Operand,
                     OperandLifeTime as L, OperandType as T, Operation, OperationType as Op, Request, Subgraph)
 from .core import Check, Fail, Kit, Skip, make, skipped, status_name
 from .corpus import Case, case, raw_model, selection
-from .hal_exec import EXECUTORS, NO_TIMING, execute, prepare, vts_io
+from .hal_exec import EXECUTORS, NO_TIMING, execute, inputs_kept, prepare, vts_io
+from .models import add_relu_model
 from .mutations import Mutation, mutations
 
 SUITE = "validation"
@@ -95,7 +98,9 @@ def validate_request(kit: Kit, c: Case, prepared: Any) -> None:
                     if outcome.timing.time_on_device != NO_TIMING or outcome.timing.time_in_driver != NO_TIMING:
                         raise Fail(f"{what}: INVALID_ARGUMENT came with a measured timing {outcome.timing}")
         try:
-            kit.call("execute_fenced", prepared.execute_fenced, request, [-1], MeasureTiming.NO, None, None, None)
+            with inputs_kept(request, "fenced execution waiting on a null fence"):
+                kit.call("execute_fenced", prepared.execute_fenced, request, [-1], MeasureTiming.NO, None, None,
+                         None)
         except NnError as e:
             if e.status != ErrorStatus.INVALID_ARGUMENT:
                 raise Fail(f"execute_fenced waiting on a null fence (-1) answered {status_name(e.status)}, "
@@ -114,8 +119,9 @@ def validate_burst(kit: Kit, prepared: Any, request: Request) -> None:
                          (list(range(pools + 1)), f"{pools + 1} memory identifier tokens for {pools} pools"),
                          ([-2] + list(range(1, pools)), "memory identifier token -2")):
         try:
-            kit.call("IBurst.execute_synchronously", burst.execute_synchronously, request, tokens, MeasureTiming.NO,
-                     None, None)
+            with inputs_kept(request, f"burst execution with {what}"):
+                kit.call("IBurst.execute_synchronously", burst.execute_synchronously, request, tokens,
+                         MeasureTiming.NO, None, None)
         except NnError as e:
             if e.status != ErrorStatus.INVALID_ARGUMENT:
                 raise Fail(f"a burst execution with {what} answered {status_name(e.status)}, expected "
@@ -215,9 +221,22 @@ def capabilities_test(kit: Kit) -> None:
         raise Fail("get_capabilities: operand_performance lists SUBGRAPH")
 
 
+def burst_tokens(kit: Kit) -> None:
+    """validateBurst on the kit's ADD + RELU model: wrong memory identifier tokens are INVALID_ARGUMENT. Run
+    where the driver is (`Check.inside`): across a service the proxy checks the tokens and the driver gets
+    slots of its own, so only there does the driver's own IBurst answer."""
+    model = kit.memo("add-relu", add_relu_model).to_hal()
+    kit.supports(model, "ADD + RELU on float32 [4]")
+    prepared = kit.memo("add-relu-prepared", lambda: prepare(kit, model, "ADD + RELU"))
+    with vts_io([np.ones(4, np.float32), np.ones(4, np.float32)], [16]) as io:
+        validate_burst(kit, prepared, io.request)
+
+
 def checks(kit: Kit) -> Iterator[Check]:
     yield make(SUITE, "cycle", "§5.1 NeuralnetworksHidlTest.CycleTest", cycle_test)
     yield make(SUITE, "capabilities", "§5.1 NeuralnetworksHidlTest.GetCapabilitiesTest", capabilities_test)
+    yield make(SUITE, "burst-tokens", "§5.3 ValidationTest validateBurst (memory identifier tokens)", burst_tokens,
+               inside=True)
     try:
         tests = selection(kit)
     except Skip as e:

@@ -8,17 +8,34 @@ from typing import Any, Iterator
 
 from ..runner import run_one
 from .core import Check, Fail, Kit, Skip, make, skipped
-from .corpus import selection
+from .corpus import case, selection
 
 SUITE = "vectors"
 
 
 def vector(kit: Kit, test: Any) -> None:
-    result = kit.call(f"running {test.name} through the runtime", run_one, test, [kit.device])
+    result = kit.call(f"running {test.name} through the runtime", run_one, test, [kit.device],
+                      kind="running a vector through the runtime")
     if result.status == "failed":
         raise Fail(result.reason)
     if result.status == "skipped":
+        _claim_holds(kit, test, result.reason)
         raise Skip(result.reason)
+
+
+def _claim_holds(kit: Kit, test: Any, reason: str) -> None:
+    """Before a vector is skipped as unsupported: the driver's own claim on it must have worked (the runtime
+    takes a claim that fails, with an error, a crash or a hang, for "supports nothing")."""
+    try:
+        c = case(test)
+    except Fail:
+        return
+    try:
+        kit.supports(c.model, test.name)
+    except Skip:
+        return
+    except Fail as e:
+        raise Fail(f"{e} (the runtime skipped the vector: {reason})") from None
 
 
 def checks(kit: Kit) -> Iterator[Check]:
