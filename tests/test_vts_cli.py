@@ -80,7 +80,7 @@ def _broken(*args: str, **kwargs) -> subprocess.CompletedProcess:
     tests = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "nnapi.cli", "vts", *args, "--vectors", CTS], capture_output=True,
-                          text=True, timeout=kwargs.get("timeout", 300), env=env)
+                          text=True, timeout=kwargs.get("timeout", 120), env=env)
 
 
 def test_in_a_piped_log_each_failure_is_printed_once_and_whole():

@@ -663,6 +663,19 @@ class LeavesAProcess(Delegating):
         return super().prepare_model(*a, **kw)
 
 
+class DetachesAProcess(Delegating):
+    """Breaks "keeps to its process": each prepare_model starts a daemon the way a service does, `sleep 60`
+    in a session of its own whose parent exits at once (with its environment cleared: no mark)."""
+
+    NAME = "broken-detached"
+
+    def prepare_model(self, *a, **kw):
+        import subprocess
+        subprocess.run(["sh", "-c", "setsid sleep 60 </dev/null >/dev/null 2>&1 &"],
+                       env={"PATH": os.environ["PATH"]}, timeout=10, check=True)
+        return super().prepare_model(*a, **kw)
+
+
 @dataclass(frozen=True)
 class Broken:
     """A broken driver, the check of `nnapi vts` that catches it and what the failure must name."""
@@ -708,4 +721,4 @@ BROKEN = [
     Broken(LeavesAProcess, "execution", "execution/sync[timing-no]", "(sleep 60) (ended by the kit)", hosted=True),
 ]
 
-__all__ = ["BROKEN", "Broken", "Delegating"] + [b.driver.__name__ for b in BROKEN]
+__all__ = ["BROKEN", "Broken", "Delegating", "DetachesAProcess"] + [b.driver.__name__ for b in BROKEN]

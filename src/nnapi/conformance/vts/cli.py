@@ -160,7 +160,7 @@ def main(args: argparse.Namespace) -> int:
     from . import claims as kit_claims, collect
     from .core import Kit, Options, run_checks
     from .corpus import find_corpus
-    from .host import HostError, become_subreaper
+    from .host import HostError
 
     suites = _suites(args.suite)
     try:
@@ -180,8 +180,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"nnapi vts: the driver {args.driver or args.device} failed to start: {type(e).__name__}: {e}",
               file=sys.stderr)
         return 2
-    if host is not None:
-        host.reaps = become_subreaper()
     where = host.where if host is not None else getattr(device, "where", "in-process")
     kit = Kit(device, Options(quick=args.quick, timeout=args.timeout, vectors=vectors))
     kit.supervisor = host

@@ -92,7 +92,8 @@ class Hangs:
 
     The first hang waits the full limit (`--timeout`). After it, a call or callback of a kind that hung
     fails fast, naming the first hang of its kind: it waits `GRACE_S` while the kit's `GRACE_TOTAL_S`
-    last, then `FAST_S`. Other kinds share what is left of `timeout / 4`, each at least `FLOOR_S`."""
+    (at most the limit itself) last, then `FAST_S`. Other kinds share what is left of `timeout / 4`, each
+    at least `FLOOR_S`."""
 
     GRACE_S = 1.0
     GRACE_TOTAL_S = 10.0
@@ -112,7 +113,7 @@ class Hangs:
         hung = self.kinds.get(kind)
         if hung is not None:
             what, check, waited = hung
-            grace = self.GRACE_S if self.grace_used < self.GRACE_TOTAL_S else self.FAST_S
+            grace = self.GRACE_S if self.grace_used < min(self.GRACE_TOTAL_S, self.timeout) else self.FAST_S
             return min(base, grace), (f"; not waited for longer: {what} already hung in {check} "
                                       f"(waited {waited:g} s there)")
         if self.first is not None:

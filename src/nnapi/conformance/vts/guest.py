@@ -2,7 +2,7 @@
 
     python -m nnapi.conformance.vts.guest --driver SPEC --socket PATH --incidents FILE --ready-fd FD
                                           [--state-dir DIR] [--watch-pid PID] [--client-file FILE]
-                                          [--checks-socket PATH]
+                                          [--checks-socket PATH] [--host-dir DIR]
 
 loads the driver (`load`: an installed `nnapi.drivers` entry point, or `module:factory`) and serves it as
 `nnapi serve` does (the service's `Service` on a Unix socket), wrapped in `Guarded`: a plain exception of
@@ -22,6 +22,7 @@ import importlib
 import inspect
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -30,6 +31,7 @@ from typing import Any, Callable
 
 from ...hal import (ErrorStatus, IBuffer, IBurst, IDevice, IFencedExecutionCallback, IPreparedModel, NnError)
 from .core import HOST_CLAIM, HOST_CRASH, claim_failure
+from .leftovers import become_subreaper
 
 
 @functools.lru_cache(maxsize=256)
@@ -213,21 +215,6 @@ def _forked(path: str, parent: int) -> None:
     _record(path, {"kind": "fork", "pid": os.getpid(), "parent": parent, "where": where or "?"})
 
 
-def _keep_listening(service: Any) -> None:
-    """Keep a service thread waiting for calls while others are stuck in the driver. (The service lets an
-    idle thread retire after 30 s whenever more than one thread exists, counting those inside driver
-    calls: with one call hung, nobody was left to read the next, and every later call hung too.)"""
-    keep = getattr(service, "_keep_one_waiting", None)
-    if not callable(keep):
-        return
-
-    def loop() -> None:
-        while not service._stopping.wait(1.0):
-            keep()
-
-    threading.Thread(target=loop, name="nnapi-vts-host-listening", daemon=True).start()
-
-
 def _serve_checks(path: str, driver: IDevice) -> None:
     """Run the kit's `Check.inside` checks here, on the driver itself, for the kit: one JSON line asks
     (id, suite, quick, timeout, vectors), one JSON line answers (status, message, detail)."""
@@ -265,6 +252,16 @@ def _serve_checks(path: str, driver: IDevice) -> None:
     threading.Thread(target=loop, name="nnapi-vts-checks", daemon=True).start()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     """Host one driver for the kit (see the module doc); `ready SOCKET` goes to `--ready-fd`."""
     from ...service.cli import secure_state_dir
@@ -279,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--watch-pid", type=int)
     p.add_argument("--client-file")
     p.add_argument("--checks-socket")
+    p.add_argument("--host-dir", help="the kit's folder for this driver: removed here when the kit ended first")
     args = p.parse_args(argv)
     global _client_file
     _client_file = args.client_file
@@ -286,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)   # the kit asks where it hangs
+    become_subreaper()   # (what the driver detaches from its tree stays in it, for the kit to find)
     host = os.getpid()
     os.register_at_fork(after_in_child=lambda: _forked(args.incidents, host))
     try:
@@ -303,13 +302,14 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: service.stop())
-    _keep_listening(service)
     os.write(args.ready_fd, f"ready {args.socket}\n".encode())
     os.close(args.ready_fd)
     service.serve_forever()
-    return 0
-
-
+    if args.host_dir and args.watch_pid is not None and not _alive(args.watch_pid):
+        shutil.rmtree(args.host_dir, ignore_errors=True)   # (a kit killed: nobody else will)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)   # (not sys.exit: a call stuck in the driver must not keep the process alive when the kit is done)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ Around each check (`Host` is the kit's `core.Supervisor`) the kit sees what only
 the driver's process ending (`os._exit`, a crash: its exit status or signal and the crashing frames
 faulthandler wrote) fails the check, the kind of call that was running then fails fast afterwards, and
 the driver is started again (at most `RESTARTS` times); a fork is a failure; a process the driver left
-behind (its descendants, and orphans the kit reaps as a subreaper) is reported and ended.
+behind (`leftovers`: its descendants, its session, what carries its mark) is reported and ended.
 """
 from __future__ import annotations
 
@@ -24,10 +24,11 @@ import time
 from typing import Any, Iterator
 
 from ...hal import NnError
+from . import leftovers
 from .core import CheckResult, Kit, Supervisor
 from .guest import load
 
-__all__ = ["Host", "HostError", "become_subreaper", "children", "descendants", "load"]
+__all__ = ["Host", "HostError", "load"]
 
 #: How many times the kit starts the driver again after its process ended.
 RESTARTS = 5
@@ -37,6 +38,9 @@ START_TIMEOUT_S = 120.0
 #: connection's calls beyond 64 in flight, so every later check would fail on that), at most `RENEWALS` times.
 STUCK_CALLS = 48
 RENEWALS = 10
+#: Seconds between two scans of every process for those of the driver's (`leftovers.find`): its
+#: descendants are looked for after each check, a process that left its tree within this.
+SCAN_EVERY_S = 1.0
 
 
 class HostError(RuntimeError):
@@ -51,58 +55,6 @@ def _exit_text(code: int) -> str:
             name = f"signal {-code}"
         return f"was killed by {name}"
     return f"exited with status {code}"
-
-
-def children(pid: int) -> list[int]:
-    """The live child processes of `pid` (its threads' children; zombies left out)."""
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as f:
-                found.extend(int(c) for c in f.read().split())
-        except (OSError, ValueError):
-            continue
-    return [c for c in found if _state(c) not in ("Z", "X", None)]
-
-
-def descendants(pid: int) -> list[int]:
-    out, todo = [], children(pid)
-    while todo:
-        c = todo.pop()
-        out.append(c)
-        todo.extend(children(c))
-    return out
-
-
-def _state(pid: int) -> str | None:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return None
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            text = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return "?"
-    return text[:80] or "?"
-
-
-def become_subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants (Linux), so a process the driver
-    detached from its own tree still comes back to the kit. True when it worked."""
-    try:
-        import ctypes
-        return ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) == 0   # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        return False
 
 
 class Host(Supervisor):
@@ -129,9 +81,10 @@ class Host(Supervisor):
         #: Why the kit started the driver again though it had not died (its calls were stuck in it).
         self.renewals: list[str] = []
         self._stuck_base = 0
-        #: Whether orphans of the driver come back to this process (`become_subreaper`): then any child of
-        #: the kit's but the driver's process is one the driver left behind.
-        self.reaps = False
+        #: The mark of the driver's processes (`leftovers.MARK`) and the start time of the first of them.
+        self.token = os.path.basename(self.dir)
+        self.since = 0
+        self._scanned = 0.0
         self.device: Any = None
         self.start()
 
@@ -146,9 +99,10 @@ class Host(Supervisor):
                 os.unlink(path)
         r, w = os.pipe()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p and os.path.isdir(p)))
+        env[leftovers.MARK] = self.token
         command = [sys.executable, "-m", "nnapi.conformance.vts.guest", "--driver", self.spec, "--socket", self.socket,
                    "--incidents", self.incidents, "--ready-fd", str(w), "--watch-pid", str(os.getpid()),
-                   "--client-file", self.client_file, "--checks-socket", self.checks_socket]
+                   "--client-file", self.client_file, "--checks-socket", self.checks_socket, "--host-dir", self.dir]
         if self.state_dir:
             command += ["--state-dir", self.state_dir]
         with open(self.log, "ab") as log:
@@ -156,6 +110,7 @@ class Host(Supervisor):
                                             pass_fds=(w,), start_new_session=True)
         os.close(w)
         self.starts += 1
+        self.since = self.since or leftovers.start_time(self.process.pid)
         try:
             line = self._ready(r)
         finally:
@@ -266,12 +221,13 @@ class Host(Supervisor):
         return None
 
     def after(self, kit: Kit, result: CheckResult) -> CheckResult:
-        problems = self._incidents() + self._left_behind()
         driver = getattr(self.device, "driver", None) if self.device is not None else None
         code = self.exit_status()
         if code is None and driver is not None and not getattr(driver, "alive", True):
             code = self.exit_status(wait=5.0)   # its connection broke: it is ending
-        if code is not None and self.device is not None:
+        died = code is not None and self.device is not None
+        problems = self._incidents() + self._left_behind(scan=died)   # (what outlived it, by session and mark)
+        if died:
             how, where = _exit_text(code), self.tail(6)
             self.deaths.append(f"it {how} in {result.id}")
             if self.last_kind:
@@ -323,30 +279,26 @@ class Host(Supervisor):
                              f"{incident.get('where') or '?'}): a driver never forks the process that hosts it")
         return found
 
-    def _left_behind(self) -> list[str]:
+    def _left_behind(self, scan: bool = False) -> list[str]:
+        """Processes of the driver's other than its own (`leftovers.find`), ended; what to report. Its
+        descendants each time; every process (its session, its mark) when `scan` or `SCAN_EVERY_S` passed."""
         if self.process is None:
             return []
-        pids = descendants(self.process.pid)
-        orphans = [c for c in children(os.getpid()) if c != self.process.pid] if self.reaps else []
-        found = []
-        for pid in pids + orphans:
-            found.append(f"pid {pid} ({_cmdline(pid)})")
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        for pid in orphans:
-            try:
-                os.waitpid(pid, 0)
-            except OSError:
-                pass
-        if not found:
+        now = time.monotonic()
+        scan = scan or now - self._scanned >= SCAN_EVERY_S
+        if scan:
+            self._scanned = now
+        pids = leftovers.find(self.process.pid, self.token, self.since, scan)
+        if not pids:
             return []
+        found = [f"pid {pid} ({leftovers.cmdline(pid)})" for pid in pids]
+        leftovers.end(pids)
         return [f"the driver left {'a process' if len(found) == 1 else f'{len(found)} processes'} behind: "
                 f"{', '.join(found)} (ended by the kit)"]
 
     def stop(self, grace: float = 10.0) -> None:
-        """End the driver's process (SIGTERM, then SIGKILL after `grace` seconds) and what it left behind."""
+        """End the driver's process (SIGTERM, then SIGKILL after `grace` seconds) and what it left behind
+        (before, and what outlived it); bounded."""
         if self.device is not None:
             close = getattr(self.device.driver, "close", None)
             if callable(close):
@@ -354,15 +306,18 @@ class Host(Supervisor):
                     close()
                 except Exception:
                     pass
-        if self.process is not None and self.process.poll() is None:
-            left = self._left_behind()
-            self.notes.extend(left)
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            self.notes.extend(self._left_behind(scan=True))
             self.process.terminate()
             try:
                 self.process.wait(grace)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-                self.process.wait()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.process.wait(10.0)
+        self.notes.extend(self._left_behind(scan=True))
 
     def close(self) -> None:
         self.stop()
