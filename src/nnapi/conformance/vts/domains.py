@@ -20,7 +20,7 @@ import numpy as np
 
 from ...hal import BufferDesc, BufferRole, ErrorStatus, IPreparedModel, NnError, OperandType as T
 from ...memory import HardwareBuffer, HardwareBufferFormat as Fmt
-from ...memory.domains import calling_client, current_client
+from ...hal.identity import calling_client, current_client
 from .core import Check, Fail, Kit, Skip, make, status_name
 from .hal_exec import Shared, Token, execute, expect, prepare, separate_io, shared_memory
 from .models import DIMS, DOMAIN_TYPES, add_model, conv_model, data_for, size_of

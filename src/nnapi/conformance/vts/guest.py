@@ -50,7 +50,7 @@ _client_file: str | None = None
 
 def _as_client() -> contextlib.AbstractContextManager:
     """The identity the kit plays while it checks M8 (`uid pid` in the client file), else the caller's."""
-    from ...memory.domains import calling_client
+    from ...hal.identity import calling_client
     if _client_file is None:
         return contextlib.nullcontext()
     try:
