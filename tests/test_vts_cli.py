@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from typing import Iterator
 
 import numpy as np
 
@@ -105,13 +107,37 @@ def test_the_header_lists_the_drivers_claims_and_the_json_has_them(tmp_path):
     assert len(claims) == 15 and sum(c["supported"] for c in claims) == 13
 
 
-def _start(tmp_path, *args: str) -> tuple[subprocess.Popen, str]:
+@contextlib.contextmanager
+def _started(tmp_path, *args: str) -> Iterator[tuple[subprocess.Popen, str]]:
+    """`nnapi vts ARGS --json r.json` running in the background; ended (and its pipes drained) on the way out
+    whatever happened, so a failed assertion leaves no kit running."""
     tests = os.path.dirname(os.path.abspath(__file__))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")]))
     report = str(tmp_path / "r.json")
     process = subprocess.Popen([sys.executable, "-m", "nnapi.cli", "vts", *args, "--vectors", CTS, "--json", report],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    return process, report
+    try:
+        yield process, report
+    finally:
+        if process.poll() is None:
+            process.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
+            process.communicate(timeout=30)
+
+
+def _gone(pid: int, within: float = 20.0) -> bool:
+    """Whether process `pid` ends (or is a zombie) within `within` seconds."""
+    import time
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def _wait_for_results(report: str, process: subprocess.Popen, n: int = 1) -> dict:
@@ -132,11 +158,11 @@ def _wait_for_results(report: str, process: subprocess.Popen, n: int = 1) -> dic
 
 def test_a_run_ended_by_a_signal_prints_its_summary_line_and_leaves_a_partial_json(tmp_path):
     import signal
-    process, report = _start(tmp_path, "--driver", "broken_drivers:NeverCallsBack", "--suite", "execution",
-                             "--timeout", "60")
-    _wait_for_results(report, process, 2)   # the async check after these waits 60 s for its callback
-    process.send_signal(signal.SIGTERM)
-    stdout, stderr = process.communicate(timeout=60)
+    with _started(tmp_path, "--driver", "broken_drivers:NeverCallsBack", "--suite", "execution",
+                  "--timeout", "60") as (process, report):
+        _wait_for_results(report, process, 2)   # the async check after these waits 60 s for its callback
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGTERM, stderr[-2000:]
     data = json.loads(open(report, encoding="utf-8").read())
     summary = data["summary"]
@@ -147,13 +173,15 @@ def test_a_run_ended_by_a_signal_prints_its_summary_line_and_leaves_a_partial_js
     assert f"interrupted by SIGTERM after {len(data['results'])} of {summary['planned']} checks" in stderr
 
 
-def test_a_killed_run_leaves_a_partial_json_with_its_summary(tmp_path):
+def test_a_killed_run_leaves_a_partial_json_with_its_summary_and_no_driver_process(tmp_path):
     import signal
-    process, report = _start(tmp_path, "--driver", "broken_drivers:NeverCallsBack", "--suite", "execution",
-                             "--timeout", "60")
-    _wait_for_results(report, process, 2)
-    process.send_signal(signal.SIGKILL)
-    process.communicate(timeout=60)
+    with _started(tmp_path, "--driver", "broken_drivers:NeverCallsBack", "--suite", "execution",
+                  "--timeout", "60") as (process, report):
+        _wait_for_results(report, process, 2)
+        process.send_signal(signal.SIGKILL)
+        _, stderr = process.communicate(timeout=60)
     data = json.loads(open(report, encoding="utf-8").read())
     assert data["summary"]["complete"] is False and len(data["results"]) >= 2
     assert data["summary"]["passed"] + data["summary"]["failed"] + data["summary"]["skipped"] == len(data["results"])
+    driver = int(stderr.split("in a process of its own, pid ")[1].split(")")[0])
+    assert _gone(driver), f"the driver's process {driver} outlived the killed kit"

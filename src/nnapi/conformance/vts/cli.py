@@ -83,11 +83,12 @@ def _subject(args: argparse.Namespace) -> tuple[Any, Any]:
     """(the Device under test, the `host.Host` running it or None). A device already served through
     NNAPI_SERVICE_DIR is used where it is; an installed driver or `--driver` is hosted unless
     `--in-process`. Raises NnError (no such device), HostError or Exception (a driver that fails to start)."""
+    from ...hal import NnError
     from ...runtime import find_device
     from ...service.cli import installed_drivers
     from ...service.discovery import default_socket, service_dir
     from . import device_for
-    from .host import Host, load
+    from .host import Host, HostError, load
     if args.driver:
         if args.in_process:
             return device_for(load(args.driver)), None
@@ -95,7 +96,14 @@ def _subject(args: argparse.Namespace) -> tuple[Any, Any]:
         return host.device, host
     served = service_dir() and os.path.exists(default_socket(args.device))
     if not served and not args.in_process and args.device in installed_drivers():
-        host = Host(args.device)
+        try:
+            host = Host(args.device)
+        except HostError as e:   # the runtime may say why the plug-in is no device (what it reports)
+            try:
+                find_device(args.device)
+            except NnError as why:
+                raise HostError(f"{e}; {why.message}") from None
+            raise
         return host.device, host
     return find_device(args.device), None
 
