@@ -74,6 +74,8 @@ class Host(Supervisor):
         self.deaths: list[str] = []
         #: Kinds of call (`core._kind`) during which the driver's process ended -> where and how.
         self.fatal: dict[str, str] = {}
+        #: Driver methods that forked its process (`_incidents`) -> why they are not called again.
+        self.forked: dict[str, str] = {}
         self.last_kind = ""
         #: What happened outside any check (at the end of the run), for the report.
         self.notes: list[str] = []
@@ -212,7 +214,7 @@ class Host(Supervisor):
     def refuse(self, kind: str) -> str | None:
         """Called before each driver call: a reason not to make it (that kind ended the process before)."""
         self.last_kind = kind
-        return self.fatal.get(kind)
+        return self.fatal.get(kind) or self.forked.get(kind.rpartition(".")[2])
 
     def before(self, kit: Kit, check: Any) -> str | None:
         if self.device is None:
@@ -226,7 +228,7 @@ class Host(Supervisor):
         if code is None and driver is not None and not getattr(driver, "alive", True):
             code = self.exit_status(wait=5.0)   # its connection broke: it is ending
         died = code is not None and self.device is not None
-        problems = self._incidents() + self._left_behind(scan=died)   # (what outlived it, by session and mark)
+        problems = self._incidents(result.id) + self._left_behind(scan=died)   # (what outlived it, too)
         if died:
             how, where = _exit_text(code), self.tail(6)
             self.deaths.append(f"it {how} in {result.id}")
@@ -260,7 +262,9 @@ class Host(Supervisor):
             return
         kit.replace_device(self.device)
 
-    def _incidents(self) -> list[str]:
+    def _incidents(self, check: str) -> list[str]:
+        """The forks the driver's process wrote since the last look (`guest._forked`); the driver method
+        that forked is then not called again (`forked`: every later call would fork too)."""
         try:
             with open(self.incidents, encoding="utf-8") as f:
                 f.seek(self._read)
@@ -275,8 +279,13 @@ class Host(Supervisor):
             except ValueError:
                 continue
             if incident.get("kind") == "fork":
-                found.append(f"the driver forked its process (child pid {incident.get('pid')}, at "
-                             f"{incident.get('where') or '?'}): a driver never forks the process that hosts it")
+                where = incident.get("where") or "?"
+                found.append(f"the driver forked its process (child pid {incident.get('pid')}, at {where}): a "
+                             "driver never forks the process that hosts it")
+                method = where.split(" <- ")[0].rpartition(" in ")[2]
+                if method and method != "?":
+                    self.forked.setdefault(method, f"not called: the driver forked its process in {method} during "
+                                                   f"{check} (a driver never forks the process that hosts it)")
         return found
 
     def _left_behind(self, scan: bool = False) -> list[str]:
