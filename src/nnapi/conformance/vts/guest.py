@@ -208,11 +208,13 @@ def _record(path: str, incident: dict[str, Any]) -> None:
         pass
 
 
-def _forked(path: str, parent: int) -> None:
-    """In a child forked by the driver: say so (with where it forked), then let it go on."""
-    frames = [f for f in traceback.extract_stack()[:-1] if "/nnapi/" not in f.filename and "threading" not in f.filename]
+def _forking(path: str) -> None:
+    """Just before the driver forks this process: say so, with where (in this process, so the incident is
+    written before the call returns; the child may be ended before it runs a line), then let it fork."""
+    frames = [f for f in traceback.extract_stack()[:-1]
+              if "/nnapi/" not in f.filename and "threading" not in f.filename]
     where = " <- ".join(f"{os.path.basename(f.filename)}:{f.lineno} in {f.name}" for f in reversed(frames[-2:]))
-    _record(path, {"kind": "fork", "pid": os.getpid(), "parent": parent, "where": where or "?"})
+    _record(path, {"kind": "fork", "parent": os.getpid(), "where": where or "?"})
 
 
 def _serve_checks(path: str, driver: IDevice) -> None:
@@ -285,8 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable(file=sys.stderr, all_threads=True)
     faulthandler.register(signal.SIGUSR1, file=sys.stderr, all_threads=True)   # the kit asks where it hangs
     become_subreaper()   # (what the driver detaches from its tree stays in it, for the kit to find)
-    host = os.getpid()
-    os.register_at_fork(after_in_child=lambda: _forked(args.incidents, host))
+    os.register_at_fork(before=lambda: _forking(args.incidents))
     try:
         os.environ["NNAPI_STATE_DIR"] = secure_state_dir(args.state_dir)
         driver = load(args.driver)

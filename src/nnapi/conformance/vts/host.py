@@ -273,6 +273,8 @@ class Host(Supervisor):
         except OSError:
             return []
         found = []
+        guest = self.process.pid if self.process is not None else 0
+        forks = [c for c in leftovers.children(guest) if leftovers.cmdline(c) == leftovers.cmdline(guest)]
         for line in text.splitlines():
             try:
                 incident = json.loads(line)
@@ -280,8 +282,9 @@ class Host(Supervisor):
                 continue
             if incident.get("kind") == "fork":
                 where = incident.get("where") or "?"
-                found.append(f"the driver forked its process (child pid {incident.get('pid')}, at {where}): a "
-                             "driver never forks the process that hosts it")
+                pids = ", ".join(map(str, forks)) or "ended already"
+                found.append(f"the driver forked its process (child pid {pids}, at {where}): a driver never forks "
+                             "the process that hosts it")
                 method = where.split(" <- ")[0].rpartition(" in ")[2]
                 if method and method != "?":
                     self.forked.setdefault(method, f"not called: the driver forked its process in {method} during "
