@@ -670,3 +670,39 @@ def test_the_mapping_cache_stays_within_its_bounds_and_skips_small_regions():
     assert cache.map(small) is not cache.map(small) and len(cache) == 3
     cache.clear()
     assert len(cache) == 0
+
+
+GC_DURING_FORGET = '''
+import gc
+from nnapi.memory import allocate_ashmem, close_handle, forget_mappings, on_forget
+
+class Holder:
+    def let_go(self, handle, wait):
+        pass
+
+holder = Holder()
+on_forget(holder.let_go)
+handle = allocate_ashmem(64)
+
+class Garbage:  # in a cycle: freed by the collector, which runs its __del__ wherever it runs
+    def __init__(self):
+        self.me = self
+        self.handle = allocate_ashmem(64)
+    def __del__(self):
+        close_handle(self.handle)  # (lets go of its mappings: forget_mappings)
+
+gc.set_threshold(1)  # a collection at (almost) every allocation, inside forget_mappings too
+for _ in range(200):
+    Garbage()
+    forget_mappings(handle, False)
+print("done")
+'''
+
+
+def test_memory_closed_by_the_collector_during_forget_mappings_does_not_deadlock():
+    """A `__del__` that closes memory, run by the collector while `forget_mappings` holds its lock on the
+    same thread, calls it again: it must not wait for itself (it hung a test of the kit for minutes)."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", GC_DURING_FORGET], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "done", out.stderr[-1000:]

@@ -231,7 +231,9 @@ def seal_handle(handle: MemoryHandle) -> None:
 # sealed (`wait`: return once it is given back) or closed (give it back soon: the memory is freed
 # only when the last holder lets go).
 _forgetters: list[weakref.WeakMethod] = []
-_forgetters_lock = threading.Lock()
+# Re-entrant: the garbage collector may run a `__del__` that closes memory (and so calls `forget_mappings`)
+# on a thread that already holds it.
+_forgetters_lock = threading.RLock()
 
 
 def file_identity(handle: MemoryHandle) -> tuple[int, int] | None:
