@@ -3,8 +3,8 @@
 Each command lives in a module of its own, imported only when that command runs: `nnapi --help`
 lists the table's names and help without importing any, and `nnapi devices` imports no other
 command. A module of this package gives `add_arguments(parser)`, `run(args)` and, optionally,
-`check(args)` (run first: argument checks before any work); `serve` and `vts`, which live with the
-service and the kit, give `add_parser(subparsers)` and register themselves.
+`check(args)` (run first: argument checks before any work); `serve` (which lives with the service)
+and `vts` give `add_parser(subparsers)` and make their parsers themselves.
 """
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("run", "import a .tflite model, compile and run it once", "nnapi.cli.run"),
     Command("bench", "time a .tflite model: import, cold and cached prepare, executions", "nnapi.cli.bench"),
     Command("cache", "list, verify or prune compilation caches", "nnapi.cli.cache"),
-    Command("vts", "certify one driver (VTS-style HAL suites plus runtime checks)", "nnapi.conformance.vts.cli",
+    Command("vts", "certify one driver (VTS-style HAL suites plus runtime checks)", "nnapi.cli.vts",
             own_parser=True),
     Command("serve", "host one driver in its own process, on a Unix socket", "nnapi.service.cli", own_parser=True),
     Command("fleet", "the fleet tier of the compilation cache: keys and the shared store", "nnapi.cli.fleet"),

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any, Sequence
 
-from .core import SUITES
+from ..conformance.vts.core import SUITES
 
 #: Seconds between two writes of the JSON report while the kit runs.
 WRITE_EVERY_S = 1.0
@@ -57,7 +57,7 @@ def add_parser(sub: Any) -> None:
 def _check(args: argparse.Namespace) -> None:
     """Before any work: the --json file can be written (as `nnapi cts` checks it; a `CommandError`,
     one line and exit status 2)."""
-    from ...cli.checks import output_file  # the command's own check
+    from .checks import output_file  # the command's own check
     output_file(args.json, "--json")
 
 
@@ -83,12 +83,12 @@ def _subject(args: argparse.Namespace) -> tuple[Any, Any]:
     """(the Device under test, the `host.Host` running it or None). A device already served through
     NNAPI_SERVICE_DIR is used where it is; an installed driver or `--driver` is hosted unless
     `--in-process`. Raises NnError (no such device), HostError or Exception (a driver that fails to start)."""
-    from ...hal import NnError
-    from ...runtime import find_device
-    from ...service.cli import installed_drivers
-    from ...service.discovery import default_socket, service_dir
-    from . import device_for
-    from .host import Host, HostError, load
+    from ..hal import NnError
+    from ..runtime import find_device
+    from ..service.cli import installed_drivers
+    from ..service.discovery import default_socket, service_dir
+    from ..conformance.vts import device_for
+    from ..conformance.vts.host import Host, HostError, load
     if args.driver:
         if args.in_process:
             return device_for(load(args.driver)), None
@@ -135,7 +135,7 @@ class Report:
 
     def write(self, last: bool = True, **final: Any) -> None:
         """Write the report now (`last=False`: unless `close` has written the last one)."""
-        from .core import per_suite, summarize
+        from ..conformance.vts.core import per_suite, summarize
         if not self.path:
             return
         with self._lock:
@@ -163,12 +163,12 @@ def main(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.text import Text
 
-    from ...cli.console import stdout_console
-    from ...hal import NnError
-    from . import claims as kit_claims, collect
-    from .core import Kit, Options, run_checks
-    from .corpus import find_corpus
-    from .host import HostError
+    from .console import stdout_console
+    from ..hal import NnError
+    from ..conformance.vts import claims as kit_claims, collect
+    from ..conformance.vts.core import Kit, Options, run_checks
+    from ..conformance.vts.corpus import find_corpus
+    from ..conformance.vts.host import HostError
 
     suites = _suites(args.suite)
     try:
@@ -267,7 +267,7 @@ def _finish(args: argparse.Namespace, out: Any, err: Any, report: Report, failur
     the summary line."""
     from rich.table import Table
 
-    from .core import per_suite, summarize
+    from ..conformance.vts.core import per_suite, summarize
     results = report.results
     if interactive:
         for r in failures[:args.show_failures]:
