@@ -168,3 +168,14 @@ def test_a_cache_write_that_fails_leaves_no_partial_files_and_warns(tmp_path):
     assert out["sizes"] and set(out["sizes"]) == {0}, out
     assert any(line.startswith("WARNING") and "could not be written" in line and "too large" in line
                for line in out["logs"]), out["logs"]
+
+
+def test_empty_cache_files_with_no_record_are_a_miss_not_a_rejection(tmp_path):
+    """Files another process has not written yet (empty, nothing recorded) read as incomplete, as before the
+    record is looked up first: the runtime counts that a miss, never a rejected cache."""
+    registry = IntegrityRegistry("reference", "1.0", tmp_path / "integrity.sqlite3")
+    files = _handles(tmp_path / "c")
+    with pytest.raises(NnError) as refused:
+        load_artifacts(files, TOKEN, registry, (1, 1))
+    assert "model cache 0 is empty" in refused.value.message, refused.value.message
+    _close(files)

@@ -192,6 +192,8 @@ def load_artifacts(handles: CacheHandles, token: bytes, registry: IntegrityRegis
         with locked(fds, exclusive=False, deadline_ns=deadline_ns):  # the files and the record as one writer left them
             expected = registry.lookup(token, uid)
             if not expected and not registry.any_dropped(token, uid):  # (nothing to compare: read nothing)
+                if os.fstat(handles.model_cache[0]).st_size == 0:  # not written yet: a miss, not a rejection
+                    raise _incomplete("model cache 0 is empty")
                 raise _fail(_NO_RECORD)
             model_files = [read_file(fd, MAX_FILE_BYTES) for fd in handles.model_cache]
             _check_lengths(model_files, None, len(handles.data_cache))
