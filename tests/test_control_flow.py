@@ -263,10 +263,10 @@ ALL_DEVICES = ["reference", "xla", "openvino"]
 
 @pytest.mark.parametrize("device", ALL_DEVICES)
 def test_nested_loops_give_what_one_long_run_gives(device):
-    """The inner loop runs up to 300 times per entry: more than the first budget of a program with
+    """The inner loop runs up to 200 times per entry: more than the first budget of a program with
     two nested loops (32), so compiled programs run again with larger budgets."""
     c = _compile(_nested_while_model(), device)
-    assert c.execute([np.array([0], np.int32), np.array([300], np.int32)])[0].tolist() == [300]
+    assert c.execute([np.array([0], np.int32), np.array([200], np.int32)])[0].tolist() == [200]
     assert c.execute([np.array([7], np.int32), np.array([5], np.int32)])[0].tolist() == [7]
 
 
