@@ -104,6 +104,20 @@ def _start_service(device: str, folder: str, state: str, env: dict) -> subproces
     return proc
 
 
+def _ended(proc: subprocess.Popen, timeout: float, after: str) -> str:
+    """Wait for `proc` to end (killed after `timeout` seconds); its stderr."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[1] + f"\n(hung after {after}: killed)"
+
+
+def _crashed(proc: subprocess.Popen, err: str) -> bool:
+    """A native crash: an abort or a segfault, by exit status or by what it printed."""
+    return any(c in err for c in CRASHES) or proc.returncode in (-6, -11, 134, 139)
+
+
 def one_try(device: str, mode: str, phase: str, work: str, rng: random.Random) -> dict:
     """One app stopped in `phase`; returns what happened."""
     cache = os.path.join(work, "cache")
@@ -126,25 +140,13 @@ def one_try(device: str, mode: str, phase: str, work: str, rng: random.Random) -
     elif reached:
         time.sleep(0.3)
         app.send_signal(signal.SIGINT)
-    try:
-        _, app_err = app.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        app.kill()
-        _, app_err = app.communicate()
-        app_err += "\n(hung after the signal: killed)"
-    result = {"rc": app.returncode, "reached": reached,
-              "crash": any(c in app_err for c in CRASHES) or app.returncode in (-6, -11, 134, 139)}
+    app_err = _ended(app, 120, "the signal")
+    result = {"rc": app.returncode, "reached": reached, "crash": _crashed(app, app_err)}
     if service is not None:
         service.send_signal(signal.SIGTERM)
-        try:
-            _, service_err = service.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            service.kill()
-            _, service_err = service.communicate()
-            service_err += "\n(hung after SIGTERM: killed)"
+        service_err = _ended(service, 60, "SIGTERM")
         result["service_rc"] = service.returncode
-        result["crash"] = result["crash"] or any(c in service_err for c in CRASHES) or service.returncode in (
-            -6, -11, 134, 139)
+        result["crash"] = result["crash"] or _crashed(service, service_err)
         if result["crash"] or service.returncode != 0:
             result["service_err"] = service_err.strip()[-500:]
     if service is not None:  # (the served driver's registry is in the service's state directory)

@@ -185,7 +185,8 @@ def _tamper(case: str, store: RedisStore, keys, device) -> tuple[bytes, str | No
     return TOKEN, None
 
 
-@pytest.mark.parametrize("case, says", [
+#: The tamper matrix: each case (see `_tamper`) and what its refusal says.
+TAMPER_CASES = [
     ("untrusted signer", "not on the fleet's trust list"),
     ("bad signature", "does not verify"),
     ("blob swapped", "does not match the manifest"),
@@ -194,7 +195,10 @@ def _tamper(case: str, store: RedisStore, keys, device) -> tuple[bytes, str | No
     ("replayed for another token", "replayed"),
     ("replayed for another version", "replayed"),
     ("store returns garbage", "cannot be read"),
-])
+]
+
+
+@pytest.mark.parametrize("case, says", TAMPER_CASES)
 def test_the_tamper_matrix_is_refused_and_compiles_locally(tmp_path, published, keys, case, says):
     host = ReferenceDevice()
     token, version = _tamper(case, published, keys, host)

@@ -17,7 +17,7 @@ from nnapi.caching.fleet import PREFIX, Fleet
 from nnapi.caching.fleet_store import S3Store, StoreError, open_store
 from nnapi.drivers.reference import ReferenceDevice
 
-from test_fleet import (EXPECTED, TOKEN, _driver, _free_port, _prepare, _published, _silent_server, _tamper,
+from test_fleet import (EXPECTED, TAMPER_CASES, TOKEN, _driver, _free_port, _prepare, _published, _silent_server, _tamper,
                         check_fleet_ls_verify_prune, keys)  # noqa: F401 (keys: a fixture)
 
 BUCKET = "nnapi-fleet"
@@ -81,16 +81,7 @@ def test_a_fleet_artifact_on_s3_is_prepared_verified_and_then_a_local_hit(tmp_pa
     assert again.cache_source == "fleet: signed by host.key"  # (a new folder: the fleet again, not a compile)
 
 
-@pytest.mark.parametrize("case, says", [
-    ("untrusted signer", "not on the fleet's trust list"),
-    ("bad signature", "does not verify"),
-    ("blob swapped", "does not match the manifest"),
-    ("blob truncated", "does not match the manifest"),
-    ("blob bit-flipped", "does not match the manifest"),
-    ("replayed for another token", "replayed"),
-    ("replayed for another version", "replayed"),
-    ("store returns garbage", "cannot be read"),
-])
+@pytest.mark.parametrize("case, says", TAMPER_CASES)
 def test_the_tamper_matrix_on_s3_is_refused_and_compiles_locally(tmp_path, published, keys, case, says):  # noqa: F811
     token, version = _tamper(case, published, keys, ReferenceDevice())
     other = _driver(tmp_path, "other", Fleet(published, keys["trust"]), version=version)
