@@ -7,7 +7,9 @@ What counts as which, per driver (a file's default, then the functions or classe
   lowered operations its compile takes from `analysis`: `static_analysis`, `_prove`, `lower_graph`;
   openvino `graph.py` and `unroll.py` and the compile properties; reference `interpreter.py`), the
   driver's `compile` hook, and the calls into the compiled program with its inputs and outputs (the
-  prepared model's `run` and what it calls);
+  prepared model's `run` and what it calls); for a multi-stage driver, its optimised stage's compile and
+  warm-up run (xla `optimized_stage`, `_warm_up`: when it runs, on which thread, the swap and the cache
+  rewrite are the base's `stages`);
 - cache: the cache format (`cache.py`) and the driver's `save` / `load` hooks;
 - plumbing: everything else (device settings, identity, calibration, claim proofs, thread starts,
   deadline and preemption, loop budgets, run-time checks, memos, multi-stage bookkeeping, imports).
@@ -45,10 +47,13 @@ NAMED: dict[str, dict[str, str]] = {
             "analysis.py:_prove": "compile", "analysis.py:lower_graph": "compile",
             "analysis.py:static_analysis": "compile",
             "device.py:XlaDevice.load": "cache", "prepared_model.py:XlaPreparedModel.run": "compile",
-            "prepared_model.py:XlaPreparedModel.call": "compile"},
+            "prepared_model.py:XlaPreparedModel.call": "compile",
+            "prepared_model.py:XlaPreparedModel.optimized_stage": "compile",
+            "prepared_model.py:XlaPreparedModel._warm_up": "compile"},
     "openvino": {"device.py:OpenVinoDevice.compile": "compile", "device.py:OpenVinoDevice.config": "compile",
                  "device.py:_compile_error": "compile", "device.py:float16_safe": "compile",
-                 "device.py:native_float16": "compile", "device.py:model_work": "compile",
+                 "device.py:native_float16": "compile",
+                 "device.py:native_int8": "compile", "device.py:model_work": "compile",
                  "device.py:OpenVinoDevice.save": "cache",
                  "device.py:OpenVinoDevice.load": "cache", "prepared_model.py:_Request": "compile",
                  "prepared_model.py:_key": "compile", "prepared_model.py:OpenVinoPreparedModel.run": "compile",

@@ -52,9 +52,9 @@ def test_jit_builds_the_plan_and_writes_the_cache_at_first_execution(tmp_path):
 
 def test_jit_is_enabled_by_the_environment(monkeypatch):
     monkeypatch.setenv("NNAPI_REFERENCE_JIT", "1")
-    assert ReferenceDevice().jit
+    assert ReferenceDevice().option("jit")
     monkeypatch.setenv("NNAPI_REFERENCE_JIT", "0")
-    assert not ReferenceDevice().jit
+    assert not ReferenceDevice().option("jit")
 
 
 def test_jit_without_caching_plans_at_first_run():

@@ -4,6 +4,8 @@ helper: each piece checked on its own, and the compiling drivers checked to use 
 from __future__ import annotations
 
 import gc
+import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -15,7 +17,8 @@ import pytest
 
 import nnapi
 from nnapi import OperandType as T, OperationType as Op
-from nnapi.drivers.base import (DriverDevice, LoweringTable, NativeCall, Stages, VerifiedContent, raise_failed_check,
+from nnapi.drivers.base import (Claims, CompileJob, DriverDevice, LoweringTable, NativeCall, Option, Stages,
+                                VerifiedContent, import_with_env, interface_model, io_of, once, raise_failed_check,
                                 run_native)
 from nnapi.hal import ErrorStatus, NnError
 from nnapi.qos import threads
@@ -140,7 +143,8 @@ def test_the_optimised_stage_starts_after_its_runs_and_rewrites_the_cache_once()
             self.init_stages("quick", 2, written.append, "test-optimize")
             self.value = "quick"
 
-        def optimized_stage(self):
+        def optimized_stage(self, checkpoint):
+            checkpoint("compiling")  # (not exiting: it returns)
             return lambda: setattr(self, "value", "optimized")
 
     m = Model()
@@ -172,7 +176,7 @@ def test_the_compiling_drivers_keep_their_version_forms_and_calibrate_against_th
     assert XlaDevice().version.split("+")[1].startswith("jaxlib")
     assert [p[:3] for p in OpenVinoDevice().version.split("+")[1:]] == ["ov2", "cpu", "src"]
     baseline = XlaDevice().calibration_baseline()
-    assert baseline.NAME == "reference" and baseline.jit is False
+    assert baseline.NAME == "reference" and baseline.option("jit") is False
 
 
 def test_the_base_imports_no_driver():
@@ -195,3 +199,135 @@ def test_the_plumbing_count_runs():
     counts = json.loads(out.stdout.strip().splitlines()[-1])
     assert set(counts) == {"reference", "xla", "openvino"}
     assert all(set(c) == {"plumbing", "rules", "compile", "cache"} for c in counts.values())
+
+
+# --- declared options, claims handed to compile, wrapped compile errors, interfaces ---------------------------
+class OptionDevice(DriverDevice):
+    """A device with two declared options, its capabilities written, no caching."""
+
+    NAME = "floor-options"
+    CACHE_FILES = (0, 0)
+    OPTIONS = {"threads": Option("NNAPI_FLOOR_OPTIONS_THREADS"), "fast": Option("NNAPI_FLOOR_OPTIONS_FAST", bool, True)}
+    CALIBRATION_OPTIONS = {"fast": False}
+
+
+def test_an_option_is_the_keyword_else_the_environment_else_the_default(monkeypatch):
+    monkeypatch.delenv("NNAPI_FLOOR_OPTIONS_THREADS", raising=False)
+    assert OptionDevice().option("threads") is None and OptionDevice().option("fast") is True
+    monkeypatch.setenv("NNAPI_FLOOR_OPTIONS_THREADS", "3")
+    monkeypatch.setenv("NNAPI_FLOOR_OPTIONS_FAST", "0")
+    device = OptionDevice()
+    assert device.option("threads") == 3 and device.option("fast") is False  # read when used
+    assert OptionDevice(threads=5).option("threads") == 5
+    twin = OptionDevice(threads=5).calibration_twin()
+    assert twin.option("threads") == 5 and twin.option("fast") is False and twin.engine is None
+    with pytest.raises(TypeError, match=r"unexpected keyword arguments \['thread'\].*'threads'"):
+        OptionDevice(thread=2)
+
+
+def test_once_makes_a_value_once_per_object_even_from_many_threads():
+    made = []
+
+    class Holder:
+        @once
+        def core(self) -> object:
+            made.append(self)
+            time.sleep(0.01)
+            return object()
+
+    a, b = Holder(), Holder()
+    seen = threads.run_all([lambda: a.core for _ in range(8)], name="floor-once", workers=8).results()
+    assert all(v is seen[0] for v in seen) and made == [a]
+    assert b.core is not a.core and made == [a, b]
+
+
+def test_import_with_env_sets_the_environment_for_the_import_only(tmp_path, monkeypatch):
+    (tmp_path / "floor_env_probe.py").write_text("import os\nSEEN = os.environ.get('FLOOR_PROBE')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("FLOOR_PROBE", "before")
+    import_with_env("floor_env_probe", FLOOR_PROBE="during")
+    assert sys.modules["floor_env_probe"].SEEN == "during" and os.environ["FLOOR_PROBE"] == "before"
+
+
+class AnalysingDevice(DriverDevice):
+    """Claims everything, leaving an analysis for compile; its compile fails with a plain exception when asked."""
+
+    NAME = "floor-analysis"
+    CACHE_FILES = (0, 0)
+    CALIBRATED = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.analyses: list[object] = []
+        self.fail = False
+
+    def capabilities(self):
+        from nnapi.drivers.reference import ReferenceDevice
+        return ReferenceDevice().capabilities()
+
+    def supported(self, model):
+        return Claims([True] * len(model.main.operations), ("analysis of", len(model.main.operations)))
+
+    def compile(self, job: CompileJob):
+        self.analyses.append(job.analysis)
+        if self.fail:
+            raise KeyError("a bug in the compiler")
+        from nnapi.drivers.reference.prepared_model import ReferencePreparedModel
+        return ReferencePreparedModel(job.model, job.preference, job.priority)
+
+
+def relu_only() -> nnapi.Model:
+    m = nnapi.Model()
+    x, y = m.add_operand(T.TENSOR_FLOAT32, (2,)), m.add_operand(T.TENSOR_FLOAT32, (2,))
+    m.add_operation(Op.RELU, [x], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    return m
+
+
+def test_the_claim_analysis_reaches_the_compile_of_the_same_model_once():
+    device = AnalysingDevice()
+    model, other = relu_then_add().to_hal(), relu_only().to_hal()
+    assert device.get_supported_operations(model) == [True, True]
+    device.prepare_model(model)  # the analysis its claim left
+    device.prepare_model(model)  # claims remembered, the analysis taken already: none
+    device.get_supported_operations(other)
+    device.prepare_model(model)  # the analysis left is another model's: none (and it is dropped)
+    device.prepare_model(other)
+    assert device.analyses == [("analysis of", 2), None, None, None]
+
+
+def test_a_plain_exception_in_compile_reaches_the_caller_as_general_failure():
+    device = AnalysingDevice()
+    device.fail = True
+    with pytest.raises(NnError) as err:
+        device.prepare_model(relu_then_add().to_hal())
+    assert err.value.status == ErrorStatus.GENERAL_FAILURE
+    assert "floor-analysis compilation failed: KeyError" in err.value.message
+
+
+def test_a_plug_in_package_can_be_a_version_source(tmp_path, monkeypatch):
+    pkg = tmp_path / "floor_plugin_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from nnapi.drivers.base.shared import source_fingerprint
+    first = source_fingerprint("floor_plugin_pkg")
+    (pkg / "__init__.py").write_text("X = 2\n")
+    source_fingerprint.cache_clear()
+    assert source_fingerprint("floor_plugin_pkg") != first and "floor_plugin_pkg" not in sys.modules
+    with pytest.raises(LookupError, match="no_such_floor_pkg"):
+        source_fingerprint("no_such_floor_pkg")
+
+
+def test_an_interface_round_trips_through_plain_data():
+    m = nnapi.Model()
+    x = m.add_operand(T.TENSOR_QUANT8_ASYMM, (1, 4), scale=0.5, zero_point=3)
+    y = m.add_operand(T.TENSOR_QUANT8_ASYMM, (1, 4), scale=0.5, zero_point=3)
+    m.add_operation(Op.RELU, [x], [y])
+    m.identify_inputs_and_outputs([x], [y])
+    m.finish()
+    ins, outs = io_of(m.to_hal())
+    assert ins == [(int(T.TENSOR_QUANT8_ASYMM), (1, 4), 0.5, 3)] and outs == ins
+    back = interface_model(*json.loads(json.dumps([ins, outs])))
+    assert io_of(back) == (ins, outs) and back.main.operations == []

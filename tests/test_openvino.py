@@ -296,9 +296,12 @@ def test_quantized_model_within_one_lsb_of_reference(kind, per_channel, seed):
     assert np.abs(got[0].astype(np.int32) - expected).max() <= 1
 
 
-def test_quantized_convolutions_run_int8_kernels(device):
+def test_quantized_convolutions_run_int8_kernels_where_the_cpu_has_int8_dot_products(device):
     """The FakeQuantize / dequantized-weights pattern reaches OpenVINO's low-precision pipeline: the
-    convolutions and the fully connected layer execute in int8."""
+    convolutions and the fully connected layer execute in int8 on a CPU with VNNI. Without it (AVX2
+    only), OpenVINO's int8 products saturate, so the driver lowers the model with plain rounding and they
+    run in float (the agreement with the reference is test_quantized_model_within_one_lsb_of_reference)."""
+    from nnapi.drivers.openvino.device import native_int8
     m = quant_net()
     prepared = device.prepare_model(m.to_hal())
     runtime = prepared.compiled.get_runtime_model()
@@ -308,8 +311,9 @@ def test_quantized_convolutions_run_int8_kernels(device):
         kind = info["layerType"].astype(str)
         if kind in ("Convolution", "FullyConnected"):
             precisions.setdefault(kind, set()).add(info["runtimePrecision"].astype(str))
-    assert precisions["Convolution"] <= {"i8", "u8"}, precisions
-    assert precisions["FullyConnected"] <= {"i8", "u8"}, precisions
+    expected = {"i8", "u8"} if native_int8() else {"f32"}
+    assert precisions["Convolution"] <= expected, precisions
+    assert precisions["FullyConnected"] <= expected, precisions
 
 
 # --- execution -------------------------------------------------------------------------------

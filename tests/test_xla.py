@@ -508,7 +508,8 @@ def test_memory_domain_state_stays_a_device_array_between_executions():
     kept as the executable's device array and fed to the next one without a host copy; the loop
     matches plain arrays, and the state is read back only at the end."""
     from nnapi import Memory, MemoryDesc
-    from nnapi.drivers.xla.buffers import DOMAIN
+    from nnapi.drivers.xla import XlaDevice
+    DOMAIN = XlaDevice.shared_domain()
     n = 8
     rng = np.random.default_rng(5)
     m = nnapi.Model()

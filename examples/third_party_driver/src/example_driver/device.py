@@ -43,6 +43,8 @@ class ExampleDevice(DriverDevice):
     #: The package's release is part of the driver's version (a new one trusts no older cache): raise it
     #: in pyproject.toml when the cache format or the kernels change.
     VERSION_PACKAGES = {"example": "nnapi-example-driver"}
+    #: ...and so is a fingerprint of this package's own source, so an edited checkout trusts no older cache.
+    VERSION_SOURCES = ("example_driver",)
 
     def capabilities(self) -> Capabilities:
         slow = PerformanceInfo(2.0, 2.0)  # slower than the reference CPU: the runtime prefers it only when asked

@@ -17,8 +17,9 @@ from typing import Callable
 
 import numpy as np
 
-from nnapi.hal import (ExecutionPreference, Model, Operand, OperandLifeTime as L, OperandType, Operation,
-                       OperationType as Op, Priority, Subgraph)
+from nnapi.drivers.base import interface_model
+from nnapi.hal import (ExecutionPreference, Model, OperandLifeTime as L, OperandType, Operation, OperationType as Op,
+                       Priority)
 from nnapi.ops import UnknownValue, activation_range, resolve
 from nnapi.validation import ConstantReader, build_operation_context, infer_model_shapes
 
@@ -92,9 +93,7 @@ class Program:
         """The model as its requests see it, inputs and outputs alone: what the base checks and binds
         requests against (a program loaded from a cache has no other model)."""
         n = len(self.inputs)
-        operands = [Operand(OperandType(t), d, lifetime=L.SUBGRAPH_INPUT if k < n else L.SUBGRAPH_OUTPUT)
-                    for k, (t, d) in enumerate(self.io)]
-        return Model(Subgraph(operands, [], tuple(range(n)), tuple(range(n, len(operands)))))
+        return interface_model(self.io[:n], self.io[n:])
 
 
 def compile_program(model: Model, checkpoint: Callable[[str], None]) -> Program:

@@ -12,7 +12,6 @@ Settings come from keywords or, per driver, the environment: `NNAPI_<NAME>_MEMOR
 """
 from __future__ import annotations
 
-import contextvars
 import logging
 import os
 import sqlite3
@@ -29,7 +28,9 @@ from ...memory import mappable_constant_flags, max_tensor_bytes
 from ...memory.domains import DriverDomain
 from ...qos import Scheduler, estimate_peak_bytes, normalize_deadline, threads
 from ...validation import validate_model, validate_preference, validate_priority
-from .job import CacheWriter, CompileJob, close_handles, dup_handles, handles_empty
+from .job import (CacheWriter, Claims, CompileJob, close_handles, dup_handles, handles_empty,
+                  within_deadline)
+from .options import Option, Options, env_flag, env_int
 from .prepared import DriverPreparedModel, client_uid
 from .shared import ClaimMemo, Lru, cpu_features, package_release, source_fingerprint
 from .verified import VerifiedContent, content_of
@@ -38,17 +39,6 @@ if TYPE_CHECKING:
     from ...caching.fleet import Fleet
 
 log = logging.getLogger("nnapi.drivers")
-
-
-def env_flag(name: str) -> bool:
-    """True when environment variable `name` says yes (1, true, yes, on)."""
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
-
-
-def env_int(name: str) -> int | None:
-    """A non-negative integer from the environment, None when unset or not a number."""
-    value = os.environ.get(name, "").strip()
-    return int(value) if value.isdigit() else None
 
 
 _domains_lock = threading.Lock()
@@ -69,8 +59,19 @@ class DriverDevice(IDevice):
     #: worth it where both would fight for the interpreter lock; 0 where work runs natively.
     HANDOFF_NS: ClassVar[int] = 2_000_000
 
+    #: The driver's own settings by keyword (`base.options`: each also read from its environment variable),
+    #: and what the calibration twin sets on top of the device's own (`calibration_twin`).
+    OPTIONS: ClassVar[dict[str, Option]] = {}
+    CALIBRATION_OPTIONS: ClassVar[dict[str, object]] = {}
+    #: The capabilities are measured (`calibrated_capabilities`) for these operand types (None: float,
+    #: int32 and bool ones) unless the driver writes `capabilities`; False: the driver must write it.
+    CALIBRATED: ClassVar[bool] = False
+    CALIBRATED_TYPES: ClassVar[tuple | None] = None
+
     def __init__(self, *, scheduler: Scheduler | None = None, workers: int | None = None, queue_capacity: int = 256,
-                 memory_limit_bytes: int | None = None, engine: bool | None = None) -> None:
+                 memory_limit_bytes: int | None = None, engine: bool | None = None, **options: object) -> None:
+        #: The values of OPTIONS this device was made with (`option` reads them).
+        self.options = Options(type(self).__name__, self.OPTIONS, options)
         prefix = f"NNAPI_{self.NAME.upper()}_"
         self.memory_limit_bytes = memory_limit_bytes if memory_limit_bytes is not None else env_int(
             prefix + "MEMORY_LIMIT")
@@ -87,6 +88,8 @@ class DriverDevice(IDevice):
         self._claim_memo: Lru[list[bool]] = Lru(256)
         self._claim_store: ClaimMemo | None = None
         self._compile_ns_per_op: float | None = None  # the fastest compile seen per operation (LEARN_COMPILE_NS)
+        self._analysis: tuple[str, object] | None = None  # (model fingerprint, what `supported` left for compile)
+        self._analysis_lock = threading.Lock()
 
     #: `estimate_compile_ns` learns from the compiles seen: half the fastest per operation, times the
     #: operations (0 before any compile).
@@ -118,11 +121,23 @@ class DriverDevice(IDevice):
         """What else the compiled code depends on (the backend library's version, the CPU), by name."""
         return {}
 
-    def capabilities(self) -> Capabilities:
-        raise NotImplementedError
+    def option(self, name: str) -> object:
+        """One of OPTIONS: the keyword's value, else its environment variable's, else its default."""
+        return self.options[name]
 
-    def supported(self, model: Model) -> list[bool]:
-        """One flag per operation of the (already validated) model's main graph."""
+    def device_type(self) -> DeviceType:
+        """What the device is (`get_info`; its calibration is stored per type): DEVICE_TYPE by default."""
+        return self.DEVICE_TYPE
+
+    def capabilities(self) -> Capabilities:
+        """Measured when CALIBRATED (`calibrated_capabilities` for CALIBRATED_TYPES); else the driver's own."""
+        if not self.CALIBRATED:
+            raise NotImplementedError(f"{type(self).__name__}: write capabilities() or set CALIBRATED")
+        return self.calibrated_capabilities(self.CALIBRATED_TYPES)
+
+    def supported(self, model: Model) -> "list[bool] | Claims":
+        """One flag per operation of the (already validated) model's main graph; a `Claims` also hands
+        what the analysis found to the `compile` of the same model (`CompileJob.analysis`)."""
         raise NotImplementedError
 
     def compile(self, job: CompileJob) -> DriverPreparedModel:
@@ -151,13 +166,15 @@ class DriverDevice(IDevice):
         raise NotImplementedError
 
     def calibration_twin(self) -> "DriverDevice":
-        """The device as it runs in the steady state, which the calibration times (by default one
-        without the caching engine, on the same scheduler)."""
-        return type(self)(engine=False, scheduler=self.scheduler)
+        """The device as it runs in the steady state, which the calibration times (by default one with
+        this device's options and CALIBRATION_OPTIONS, without the caching engine, on the same scheduler)."""
+        return type(self)(**{**self.options.given, **self.CALIBRATION_OPTIONS}, engine=False,
+                          scheduler=self.scheduler)
 
     def calibration_variant(self) -> str:
-        """Which backend the stored calibration is for (a GPU measures apart from the CPU)."""
-        return "cpu"
+        """Which backend the stored calibration is for (a GPU measures apart from the CPU): the device
+        type's name by default."""
+        return "cpu" if self.device_type() == DeviceType.CPU else self.device_type().name.lower()
 
     def calibrated_capabilities(self, types=None) -> Capabilities:
         """Capabilities measured against the CALIBRATION_BASELINE driver's twin (`base.calibration`: stored
@@ -181,6 +198,11 @@ class DriverDevice(IDevice):
         by default 0, or learnt (LEARN_COMPILE_NS)."""
         per_op = self._compile_ns_per_op
         return 0 if per_op is None else int(per_op * len(model.main.operations) / 2)
+
+    def estimate_run_ns(self, prepared: DriverPreparedModel) -> int:
+        """A lower bound of one execution of `prepared` before any has run (admission, Q6): by default
+        the prepared model's own `estimate_run_ns`."""
+        return prepared.estimate_run_ns()
 
     def estimate_peak_bytes(self, model: Model) -> int:
         """Memory the model needs at least (constants and live tensors), checked against the limit."""
@@ -249,7 +271,7 @@ class DriverDevice(IDevice):
 
     # --- IDevice -------------------------------------------------------------------------------------
     def get_info(self) -> DeviceInfo:
-        return DeviceInfo(self.NAME, self.version, self.DEVICE_TYPE, self.FEATURE_LEVEL)
+        return DeviceInfo(self.NAME, self.version, self.device_type(), self.FEATURE_LEVEL)
 
     def get_capabilities(self) -> Capabilities:
         if self._capabilities is None:
@@ -260,12 +282,13 @@ class DriverDevice(IDevice):
         """Validation and `supported`, remembered by the model's content fingerprint: in this process
         for every driver, across processes too with REMEMBER_CLAIMS (the same bytes were validated and
         claimed before, so a compilation from a cache skips both)."""
-        flags = self._claims(model)
+        flags = self._claims(model)[0]
         mappable = mappable_constant_flags(model)  # M5: a constant whose handle cannot be mapped is unsupported
         return [f and ok for f, ok in zip(flags, mappable)]
 
-    def _claims(self, model: Model) -> list[bool]:
-        """`supported` of a validated model (INVALID_ARGUMENT when it is not valid), remembered."""
+    def _claims(self, model: Model) -> tuple[list[bool], str | None]:
+        """(`supported` of a validated model, its content fingerprint): INVALID_ARGUMENT when it is not
+        valid; remembered; a `Claims`' analysis is kept for the next `compile` of the same content."""
         try:
             key = model_fingerprint(model)
         except Exception:  # malformed: validation names the fault
@@ -278,16 +301,17 @@ class DriverDevice(IDevice):
                 if flags is not None and len(flags) == n:
                     self._claim_memo.put(key, flags)
             if flags is not None and len(flags) == n:
-                return list(flags)
+                return list(flags), key
         validate_model(model)
         try:
-            flags = [bool(f) for f in self.supported(model)]
+            answer = self.supported(model)
+            flags = [bool(f) for f in answer]
         except NnError:
             raise
         except Exception as e:  # a claim analysis that fails claims nothing, and is not remembered
             log.log(logging.DEBUG if isinstance(e, threads.ProcessExiting) else logging.WARNING,
                     "%s: claim analysis failed, nothing claimed: %s: %s", self.NAME, type(e).__name__, e)
-            return [False] * n
+            return [False] * n, None
         if len(flags) != n:
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"{self.NAME}: supported() gave {len(flags)} flags for "
                                                        f"{n} operations")
@@ -295,7 +319,16 @@ class DriverDevice(IDevice):
             self._claim_memo.put(key, flags)
             if self.REMEMBER_CLAIMS:
                 self.claim_store.put(key, flags)
-        return list(flags)
+            if isinstance(answer, Claims):  # one entry: it may reference the caller's constant memory
+                with self._analysis_lock:
+                    self._analysis = (key, answer.analysis)
+        return list(flags), key
+
+    def _take_analysis(self, key: str | None) -> object:
+        """What `supported` left for the model whose fingerprint is `key`, once (None: nothing)."""
+        with self._analysis_lock:
+            last, self._analysis = self._analysis, None
+        return last[1] if last is not None and key is not None and last[0] == key else None
 
     @property
     def claim_store(self) -> ClaimMemo:
@@ -311,7 +344,11 @@ class DriverDevice(IDevice):
                       priority: Priority = Priority.MEDIUM, deadline: int | None = None,
                       cache_handles: CacheHandles | None = None, token: bytes | None = None, *,
                       client: ClientId | None = None) -> DriverPreparedModel:
-        claims = self._claims(model)  # validates the model (or its very content was validated before)
+        # Validates the model (or its very content was validated before); a claim analysis that outlasts the
+        # deadline returns at it too (it goes on in the background, and its answer is remembered).
+        claims, key = self._claims(model) if deadline is None else within_deadline(
+            normalize_deadline(deadline), lambda: self._claims(model), f"{self.NAME} preparation",
+            what="the claim analysis goes on in the background")
         validate_preference(preference)
         validate_priority(priority)
         preference, priority = ExecutionPreference(preference), Priority(priority)
@@ -334,7 +371,8 @@ class DriverDevice(IDevice):
         try:
             token = bytes(token) if has_cache else None
             job = CompileJob(model, preference, priority, normalize_deadline(deadline),
-                             self._cache_writer(saved, token, uid) if has_cache else None, uid=uid)
+                             self._cache_writer(saved, token, uid) if has_cache else None, uid=uid,
+                             analysis=self._take_analysis(key))
             ticket = self.scheduler.submit(client=uid, priority=priority, deadline=job.deadline,
                                            lower_ns=self.estimate_compile_ns(model), label=f"{self.NAME} preparation")
             prepared = self._on_ticket(ticket, job, lambda: self._compile(job, saved, token))
@@ -387,30 +425,8 @@ class DriverDevice(IDevice):
         even while a native compile cannot be interrupted; its next checkpoint stops it)."""
         if job.deadline is None:
             return ticket.run(fn)
-
-        def guarded() -> DriverPreparedModel:
-            box: dict[str, object] = {}
-            context = contextvars.copy_context()
-
-            def work() -> None:
-                try:
-                    box["value"] = context.run(fn)
-                except BaseException as e:  # handed to the caller below
-                    box["error"] = e
-
-            started = time.monotonic_ns()
-            thread = threads.start(work, name=f"nnapi-{self.NAME}-prepare", stop=job.abort)
-            thread.join(min(threading.TIMEOUT_MAX, max(0.0, (job.deadline - time.monotonic_ns()) / 1e9)))
-            if thread.is_alive():
-                job.abort()
-                raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
-                              f"{self.NAME} preparation: the deadline passed after "
-                              f"{(time.monotonic_ns() - started) / 1e6:.1f} ms; the compilation was abandoned")
-            if "error" in box:
-                raise box["error"]  # type: ignore[misc]
-            return box["value"]  # type: ignore[return-value]
-
-        return ticket.run(guarded)
+        return ticket.run(lambda: within_deadline(job.deadline, fn, f"{self.NAME} preparation", job.abort,
+                                                  "the compilation was abandoned"))
 
     def _compile(self, job: CompileJob, handles: CacheHandles | None, token: bytes | None) -> DriverPreparedModel:
         """Compile, through the caching engine when there is no cache information, and write the cache."""
@@ -427,7 +443,13 @@ class DriverDevice(IDevice):
             if prepared is not None:
                 return prepared
         started = time.monotonic_ns()
-        prepared = self.compile(job)
+        try:
+            prepared = self.compile(job)
+        except (NnError, threads.ProcessExiting):
+            raise
+        except Exception as e:  # a driver's own failure reaches the app as an NNAPI error, never unwrapped
+            raise NnError(ErrorStatus.GENERAL_FAILURE,
+                          f"{self.NAME} compilation failed: {type(e).__name__}: {e}") from None
         if self.LEARN_COMPILE_NS:
             per_op = (time.monotonic_ns() - started) / max(1, len(job.model.main.operations))
             self._compile_ns_per_op = min(per_op, self._compile_ns_per_op or per_op)

@@ -2,15 +2,29 @@
 cache later (`CacheWriter`), and the cache-handle helpers they use."""
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 from ...hal import CacheHandles, ErrorStatus, ExecutionPreference, Model, NnError, Priority
+from ...qos import threads
+
+R = TypeVar("R")
 
 if TYPE_CHECKING:
     from .prepared import DriverPreparedModel
+
+
+class Claims(list):
+    """What a driver's `supported` may return instead of a list of flags: the flags, and what its
+    analysis found (`analysis`), which the base hands to the `compile` of the same model content
+    (`CompileJob.analysis`) so a preparation right after the claim does not analyse again."""
+
+    def __init__(self, flags, analysis: object) -> None:
+        super().__init__(bool(f) for f in flags)
+        self.analysis = analysis
 
 
 class CompileJob:
@@ -19,7 +33,7 @@ class CompileJob:
 
     def __init__(self, model: Model | None, preference: ExecutionPreference, priority: Priority,
                  deadline: int | None, writer: Callable[[], "CacheWriter | None"] | None = None, *,
-                 uid: int = 0) -> None:
+                 uid: int = 0, analysis: object = None) -> None:
         self.model = model
         self.preference = preference
         self.priority = priority
@@ -33,6 +47,9 @@ class CompileJob:
         #: What the driver's `holds` found it already holds of that content (given to `load`, which then
         #: gets no data blobs).
         self.held: object | None = None
+        #: What the driver's `supported` found for this very model (`Claims.analysis`), when it asked
+        #: just before, else None: `compile` need not analyse it again.
+        self.analysis = analysis
         self.deferred = False
         self._aborted = threading.Event()
 
@@ -119,4 +136,32 @@ def close_handles(handles: CacheHandles) -> None:
             pass
 
 
-__all__ = ["CacheWriter", "CompileJob", "close_handles", "dup_handles", "handles_empty"]
+__all__ = ["CacheWriter", "Claims", "CompileJob", "close_handles", "dup_handles", "handles_empty", "within_deadline"]
+
+
+def within_deadline(deadline: int, fn: Callable[[], R], label: str, abort: Callable[[], None] | None = None,
+                    what: str = "") -> R:
+    """`fn()` on a worker thread (in the caller's context), waited for until `deadline` at most: past it,
+    `abort()` is called and MISSED_DEADLINE_TRANSIENT raised ("`label`: the deadline passed after N ms;
+    `what`"), while `fn` goes on until its next checkpoint. `fn`'s own exception is raised as it is."""
+    box: dict[str, object] = {}
+    context = contextvars.copy_context()
+
+    def work() -> None:
+        try:
+            box["value"] = context.run(fn)
+        except BaseException as e:  # handed to the caller below
+            box["error"] = e
+
+    started = time.monotonic_ns()
+    thread = threads.start(work, name=f"nnapi-{label.split()[0]}-prepare", stop=abort)
+    thread.join(min(threading.TIMEOUT_MAX, max(0.0, (deadline - time.monotonic_ns()) / 1e9)))
+    if thread.is_alive():
+        if abort is not None:
+            abort()
+        raise NnError(ErrorStatus.MISSED_DEADLINE_TRANSIENT,
+                      f"{label}: the deadline passed after {(time.monotonic_ns() - started) / 1e6:.1f} ms"
+                      + (f"; {what}" if what else ""))
+    if "error" in box:
+        raise box["error"]  # type: ignore[misc]
+    return box["value"]  # type: ignore[return-value]

@@ -4,7 +4,8 @@ package of its rule modules), its rules register themselves with `table.register
 `lowers`), and the one claim loop (`LoweringTable.claim_graph`, each operation through `admit`) does what
 every backend checks before its own proof: a rule for the operation, operands the backend holds, a
 context, input 0's type, and no optional input the app may omit at execution. The backend then proves
-the claim its own way (tracing, building: the loop's `prove` hook).
+the claim its own way (tracing, building: the loop's `prove` hook); a backend that traces a whole graph
+at once proves it with `prove_in_order` on the table's `value_specs`.
 """
 from __future__ import annotations
 
@@ -13,9 +14,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 from ...hal import Model, Operand, OperandLifeTime as L, OperandType as T, Operation, OperationType as Op
-from ...ops import OpContext
+from ...ops import OpContext, numpy_dtype
 from ...validation import ConstantReader, build_operation_context, infer_model_shapes, optional_input_fed_by_request
 from .shared import RuleModules
+
+_VALUE_LIFETIMES = (L.SUBGRAPH_INPUT, L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT)
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,43 @@ class LoweringTable(dict):
         return model, dims, results
 
 
+    def value_specs(self, sub, dims, spec: Callable[[tuple[int, ...], Any], Any]) -> dict[int, Any]:
+        """`spec(shape, numpy dtype)` of every value of `sub`'s operations (model inputs, temporaries,
+        outputs) that the backend holds, scalars with shape (): the stand-ins a tracing proof runs on."""
+        specs = {}
+        for op in sub.operations:
+            for i in (*op.inputs, *op.outputs):
+                operand = sub.operands[i]
+                if operand.lifetime in _VALUE_LIFETIMES and self.holds(operand, dims[i]):
+                    t = T(operand.type)
+                    specs[i] = spec(() if t.is_scalar else tuple(dims[i]), numpy_dtype(t))
+        return specs
+
+
+def prove_in_order(sub, candidates: Sequence[Any], values: dict[int, Any], lower: Callable[[Any, dict], Sequence],
+                   specs: dict[int, Any], stand_in: Callable[[Any], Any]) -> list:
+    """The claim proof of a backend that lowers a whole graph at once (in one trace): each candidate's
+    rule is run in order on `values` (operand -> value, updated), and kept when it gives every output
+    with the shape of its spec (`value_specs`; the value cast to the spec's dtype). A candidate that
+    fails, or gives other shapes, is dropped (None), and its outputs are stood in by `stand_in(spec)`,
+    so later operations are judged on their own."""
+    verdict = list(candidates)
+    for k, candidate in enumerate(candidates):
+        outputs = sub.operations[k].outputs
+        try:
+            if candidate is None:
+                raise LookupError("not a candidate")
+            outs = list(lower(candidate, values))
+            if len(outs) != len(outputs) or any(i not in specs or tuple(o.shape) != tuple(specs[i].shape)
+                                                for i, o in zip(outputs, outs)):
+                raise ValueError("shape mismatch")
+            values.update((i, o.astype(specs[i].dtype)) for i, o in zip(outputs, outs))
+        except Exception:
+            verdict[k] = None
+            values.update((i, stand_in(specs[i])) for i in outputs if i in specs)
+    return verdict
+
+
 def with_dims(model: Model, index: int | None, dims: dict[int, Sequence[int]]) -> Model:
     """The model with the given operands of subgraph `index` (None: main) declared with `dims`."""
     sub = model.subgraph(index)
@@ -134,4 +174,4 @@ def with_dims(model: Model, index: int | None, dims: dict[int, Sequence[int]]) -
     return dataclasses.replace(model, referenced=referenced)
 
 
-__all__ = ["Lowering", "LoweringTable", "with_dims"]
+__all__ = ["Lowering", "LoweringTable", "prove_in_order", "with_dims"]

@@ -95,7 +95,7 @@ class DriverPreparedModel(IPreparedModel):
         self.device_name = device.NAME
         self.domain = device.domain
         self.memory_limit_bytes = device.tensor_limit_bytes()
-        self.stats = DurationStats(self.estimate_run_ns())
+        self.stats = DurationStats(device.estimate_run_ns(self))
 
     # --- one run -------------------------------------------------------------------------------------
     def validate(self, request: Request, *, allow_unspecified_output: bool = True) -> None:

@@ -8,6 +8,7 @@ import functools
 import hashlib
 import importlib
 import importlib.metadata
+import importlib.util
 import pkgutil
 import sqlite3
 import threading
@@ -26,14 +27,40 @@ _PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 @functools.lru_cache(maxsize=16)
 def source_fingerprint(*folders: str) -> str:
-    """8 hex digits of the Python files in `folders` (relative to the package): a driver whose
-    claiming or compiling code changed is a new driver version, which trusts no older cache (C9)."""
+    """8 hex digits of the Python files in `folders`: a driver whose claiming or compiling code changed
+    is a new driver version, which trusts no older cache (C9). A folder is relative to the `nnapi`
+    package ("drivers/base"), or names an importable package of its own (a plug-in's "example_driver"),
+    found without importing it."""
     h = xxhash.xxh3_64()
     for folder in folders:
-        for path in sorted((_PACKAGE_ROOT / folder).glob("*.py")):
+        for path in sorted(_source_folder(folder).glob("*.py")):
             h.update(f"{folder}/{path.name}".encode())
             h.update(path.read_bytes())
     return h.hexdigest()[:8]
+
+
+def _source_folder(folder: str) -> Path:
+    """Where `source_fingerprint` reads `folder` (see there); LookupError naming it when it is nowhere."""
+    inside = _PACKAGE_ROOT / folder
+    if inside.is_dir():
+        return inside
+    spec = importlib.util.find_spec(folder.replace("/", "."))
+    if spec is None or not spec.submodule_search_locations:
+        raise LookupError(f"VERSION_SOURCES: {folder!r} is neither a folder of nnapi nor an importable package")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """This CPU's instruction-set flags (/proc/cpuinfo; empty where it cannot be read): what a driver
+    asks before choosing kernels whose results depend on them."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,8 +3,9 @@ stage is compiled in the background after `optimize_after` executions (on a `qos
 exit it is told to stop between its steps and waited for), swapped in between two executions, and the
 cache (when the model was prepared with one) rewritten through the writer kept for it.
 
-A prepared model inherits `Stages` and writes `optimized_stage()`: compile the optimised stage and
-return what swaps it in (None when the process is exiting). It calls `count_run()` after each execution.
+A prepared model inherits `Stages` and writes `optimized_stage(checkpoint)`: compile the optimised stage,
+calling `checkpoint(where)` between its steps (it stops the work once the process is exiting), and return
+what swaps it in. It calls `count_run()` after each execution.
 """
 from __future__ import annotations
 
@@ -33,9 +34,9 @@ class Stages:
         self._optimizer: threading.Thread | None = None
         self._runs = 0
 
-    def optimized_stage(self) -> Callable[[], None] | None:
-        """Compile the optimised stage; what swaps it in (called under the stage lock), or None when
-        the process is exiting (`qos.threads.exiting`)."""
+    def optimized_stage(self, checkpoint: Callable[[str], None]) -> Callable[[], None] | None:
+        """Compile the optimised stage, with `checkpoint(where)` between its steps; what swaps it in
+        (called under the stage lock), or None to keep the quick stage."""
         raise NotImplementedError
 
     def count_run(self) -> None:
@@ -47,9 +48,15 @@ class Stages:
             if self._runs >= self._optimize_after and self._optimizer is None:
                 self._optimizer = threads.start(self._optimize, name=self._stage_name)
 
+    @staticmethod
+    def _checkpoint(where: str) -> None:
+        """Between the optimised compile's steps: nothing more is started once the process is exiting."""
+        if threads.exiting():
+            raise threads.ProcessExiting(f"optimised compile: the process is exiting (before {where})")
+
     def _optimize(self) -> None:
         try:
-            swap = self.optimized_stage()
+            swap = self.optimized_stage(self._checkpoint)
             if swap is None or threads.exiting():
                 return
             with self._stage_lock:
@@ -58,6 +65,8 @@ class Stages:
             callback, self._on_optimized = self._on_optimized, None
             if callback is not None:
                 callback(self)
+        except threads.ProcessExiting:
+            return
         except Exception as e:  # the quick stage keeps serving
             self.optimize_error = f"{type(e).__name__}: {e}"
 

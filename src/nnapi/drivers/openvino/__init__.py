@@ -3,33 +3,14 @@ OpenVINO's low-precision pipeline), compiles them for the CPU, caches exported c
 
 OpenVINO is imported when the driver first compiles, loads a cache or works out a claim, never when
 the device is created or listed (`nnapi.devices()` stays cheap: the version comes from the package's
-metadata, the capabilities from the state directory). `import_openvino` does it, and every module of
-the driver that uses OpenVINO is imported through it.
+metadata, the capabilities from the state directory). Every module of the driver that uses OpenVINO
+takes it from `backend`, which imports it.
 
 OpenVINO's telemetry stays off: `import openvino` loads its conversion tools, which send an "import"
-event unless the process runs in CI. `import_openvino` imports it with CI=true for the duration of that
-import only, so the telemetry singleton is created declined and nothing is ever sent; no user file is
-touched.
+event unless the process runs in CI. `backend` imports it with CI=true for the duration of that import
+only (`base.import_with_env`), so the telemetry singleton is created declined and nothing is ever sent;
+no user file is touched.
 """
-from __future__ import annotations
-
-import os
-import sys
-
-
-def import_openvino() -> None:
-    """Import OpenVINO (once) with its telemetry declined (see the module doc)."""
-    if "openvino" in sys.modules:
-        return
-    saved = os.environ.get("CI")
-    os.environ["CI"] = "true"
-    try:
-        import openvino  # noqa: F401
-    finally:
-        if saved is None:
-            os.environ.pop("CI", None)
-        else:
-            os.environ["CI"] = saved
 
 
 def create_device():
@@ -38,4 +19,4 @@ def create_device():
     return OpenVinoDevice()
 
 
-__all__ = ["create_device", "import_openvino"]
+__all__ = ["create_device"]

@@ -13,22 +13,13 @@ change its structure per request.
 """
 from __future__ import annotations
 
-from . import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino.opset16 as ops
+from .backend import ops
 
 from ...hal import Model
 from ...validation import ConstantReader
 from .graph import Scope, compute_type, constant_value, lower_operation, table
-from .lowering import LOWERINGS, Value, collecting_checks
+from .lowering import Value, collecting_checks
 
-operand_ok = LOWERINGS.holds  # a value the graph can hold (`base.lowering.LoweringTable.holds`)
-
-
-def claim(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = True) -> bool:
-    """Whether one operation of `sub` lowers (see the module doc)."""
-    return refusal(model, sub, op, dims, reader, top=top) is None
 
 
 def refusal(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = True) -> str | None:
@@ -39,14 +30,8 @@ def refusal(model: Model, sub, op, dims, reader: ConstantReader, *, top: bool = 
 
 def _lowering_fails(model: Model, entry, ctx, top: bool) -> str | None:
     """The claim's proof: why the rule does not lower the operation on stand-in inputs, or None."""
-    xs: list[Value | None] = []
-    for t in ctx.inputs:
-        if t.omitted:
-            xs.append(None)
-        elif t.value is not None:
-            xs.append(constant_value(t))
-        else:
-            xs.append(Value(ops.parameter(list(t.dims), compute_type(t.type)).output(0)))
+    xs = [None if t.omitted else constant_value(t) if t.value is not None
+          else Value(ops.parameter(list(t.dims), compute_type(t.type)).output(0)) for t in ctx.inputs]
     try:
         with collecting_checks([] if top else None):  # (the checks of a claim are dropped)
             lower_operation(entry, ctx, xs, Scope(model))
@@ -62,4 +47,4 @@ def analyze(model: Model) -> list[bool]:
     return [bool(c) for c in claimed]
 
 
-__all__ = ["analyze", "claim", "operand_ok", "refusal"]
+__all__ = ["analyze", "refusal"]

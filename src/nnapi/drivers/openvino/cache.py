@@ -13,10 +13,7 @@ import dataclasses
 import struct
 
 import numpy as np
-from . import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino as ov
+from .backend import ov
 
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
 from ...hal.serialize import model_from_bytes, model_to_bytes

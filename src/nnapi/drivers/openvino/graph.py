@@ -22,11 +22,7 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
-from . import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino as ov
-import openvino.opset16 as ops
+from .backend import ov, ops
 
 from ...hal import ErrorStatus, Model, NnError, OperandLifeTime as L, OperandType as T
 from ...ops import OpContext, Tensor

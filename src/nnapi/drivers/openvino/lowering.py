@@ -32,11 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
-from . import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino as ov
-import openvino.opset16 as ops
+from .backend import ov, ops
 
 from ...hal import FusedActivationFunc, OperandType as T, OperationType as Op
 from ...ops import OpContext, Tensor
@@ -343,7 +339,7 @@ def dequantized_weights(t: Tensor, *, perm: Sequence[int] | None = None, shape: 
     """A constant quantized filter as `Constant(int8) -> Convert -> [Subtract] -> Multiply`, the
     weights pattern of the low-precision pipeline; the integers are first transposed by `perm` and
     reshaped to `shape`, and per-channel scales then apply along `channel_axis` (of the result).
-    Float filters become plain float32 constants."""
+    Float filters, and every filter under plain rounding (`ROUNDING`), become plain float32 constants."""
     v = t.value
     if perm is not None:
         v = np.transpose(v, perm)
@@ -356,15 +352,18 @@ def dequantized_weights(t: Tensor, *, perm: Sequence[int] | None = None, shape: 
     if v.dtype == np.uint8:  # u8 weights as i8 with the zero point shifted (LPT wants signed weights)
         v = (v.astype(np.int16) - 128).astype(np.int8)
         zero -= 128
+    if t.type == Q8PC:
+        sshape = [1] * v.ndim
+        sshape[channel_axis if channel_axis is not None else t.channel_quant.channel_dim] = -1
+        scale = np.asarray(t.channel_quant.scales, np.float32).reshape(sshape)
+    else:
+        scale = np.float32(t.scale)
+    if ROUNDING.get() == "plain":  # computed in float: plain float32 weights, the same values (no int8 pattern
+        return constant((v.astype(np.float32) - np.float32(zero)) * scale)  # for OpenVINO's passes to rewrite)
     w = out(ops.convert(constant(v), ov.Type.f32))
     if zero:
         w = out(ops.subtract(w, f32(zero)))
-    if t.type == Q8PC:
-        scales = np.asarray(t.channel_quant.scales, np.float32)
-        sshape = [1] * v.ndim
-        sshape[channel_axis if channel_axis is not None else t.channel_quant.channel_dim] = -1
-        return out(ops.multiply(w, constant(scales.reshape(sshape))))
-    return out(ops.multiply(w, f32(np.float32(t.scale))))
+    return out(ops.multiply(w, constant(scale) if t.type == Q8PC else f32(scale)))
 
 
 def bias_values(ctx: OpContext, index: int = 2) -> np.ndarray | None:

@@ -19,10 +19,7 @@ import threading
 from typing import Sequence
 
 import numpy as np
-from . import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino as ov
+from .backend import ov
 
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
 from ..base import Binding, DriverPreparedModel
@@ -71,7 +68,7 @@ class OpenVinoPreparedModel(DriverPreparedModel):
 
     def __init__(self, model: Model, preference: ExecutionPreference, priority: Priority,
                  compiled: ov.CompiledModel, *, keep_alive: Sequence[object] = (),
-                 export: bytes | memoryview | None = None, estimate_ns: int = 0, has_budget: bool = False) -> None:
+                 export: bytes | memoryview | None = None, has_budget: bool = False) -> None:
         super().__init__(model, preference, priority)
         self.compiled = compiled
         #: What the compiled model's memory may point into (mapped pools, the exported blob).
@@ -79,12 +76,9 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         #: The exported compiled model, when it was loaded from one (saved again as is; the compiled
         #: model may read its weights from it in place).
         self.export = export
-        self._estimate_ns = estimate_ns
-        main = model.main
+        self._n_in, self._n_out = len(model.main.input_indexes), len(model.main.output_indexes)
         # The compiled graph's output shapes (shape inference may know what the model leaves unknown).
-        self.static_output_shapes = [tuple(int(d) for d in compiled.output(k).get_shape())
-                                     for k in range(len(main.output_indexes))]
-        self._n_in, self._n_out = len(main.input_indexes), len(main.output_indexes)
+        self.static_output_shapes = [tuple(int(d) for d in compiled.output(k).get_shape()) for k in range(self._n_out)]
         #: The graph has loops: its last input is the iteration budget, its last output the ran-out flag.
         self.has_budget = has_budget
         #: (output index, one message per flag) of the graph's run-time checks (after the ran-out flag).
@@ -92,9 +86,6 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         self._loop_budget = LoopBudgets(model, MAX_LOOP_BUDGET, LOOP_BUDGET_GROWTH) if has_budget else None
         self._idle: list[_Request] = []
         self._lock = threading.Lock()
-
-    def estimate_run_ns(self) -> int:
-        return self._estimate_ns
 
     # --- requests --------------------------------------------------------------------------------
     def _take(self) -> _Request:

@@ -1,46 +1,15 @@
 """The reference driver's IDevice: supports every registered operation on the CPU."""
 from __future__ import annotations
 
-import threading
-
 from ...hal import (Capabilities, DataLocation, ErrorStatus, Model, NnError, Operand, OperandLifeTime,
                     OperandPerformance, OperandType, Operation, OperationType, PerformanceInfo, Subgraph)
 from ...ops import find_operation
-from ...qos import Calibration, Scheduler, calibrate
-from ..base import CompileJob, DriverDevice, env_flag
+from ...qos import Calibration, calibrate, model_cost_ns
+from ..base import CompileJob, DriverDevice, Option, once
 from . import cache
 from .prepared_model import ReferencePreparedModel
 
 NAME = "reference"
-
-
-_calibration_lock = threading.Lock()
-_calibration: Calibration | None = None
-
-
-def calibration() -> Calibration:
-    """The cost model of this machine, measured once per process before any run: the interpreter's
-    own cost per operation (a chain of 1-element ADDs) and numpy's element and MAC speeds."""
-    global _calibration
-    with _calibration_lock:
-        if _calibration is None:
-            import numpy as np
-            from .interpreter import SubgraphPlan
-            n = 16
-            f32, tmp = OperandType.TENSOR_FLOAT32, OperandLifeTime.TEMPORARY_VARIABLE
-            operands = [Operand(f32, (1,), lifetime=OperandLifeTime.SUBGRAPH_INPUT),
-                        Operand(OperandType.INT32, (), lifetime=OperandLifeTime.CONSTANT_COPY,
-                                location=DataLocation(0, 0, 4))]
-            operations = []
-            for k in range(n):
-                operands.append(Operand(f32, (1,), lifetime=OperandLifeTime.SUBGRAPH_OUTPUT if k == n - 1 else tmp))
-                operations.append(Operation(OperationType.ADD, (len(operands) - 2 if k else 0, 0, 1),
-                                            (len(operands) - 1,)))
-            probe = Model(Subgraph(operands, operations, (0,), (len(operands) - 1,)), operand_values=bytes(4))
-            plan = SubgraphPlan(probe, probe.main, [])
-            x = np.ones(1, np.float32)
-            _calibration = calibrate(lambda: plan.run({0: x}), n)
-        return _calibration
 
 
 def _supported(model: Model, op: Operation) -> bool:
@@ -79,16 +48,29 @@ class ReferenceDevice(DriverDevice):
     NAME = "reference"
     CACHE_FILES = (cache.NUM_MODEL_CACHE, cache.NUM_DATA_CACHE)
 
-    def __init__(self, *, jit: bool | None = None, engine: bool | None = None,
-                 memory_limit_bytes: int | None = None, workers: int | None = None, queue_capacity: int = 256,
-                 scheduler: Scheduler | None = None) -> None:
-        super().__init__(scheduler=scheduler, workers=workers, queue_capacity=queue_capacity,
-                         memory_limit_bytes=memory_limit_bytes, engine=engine)
-        self.jit = env_flag("NNAPI_REFERENCE_JIT") if jit is None else jit
+    OPTIONS = {"jit": Option("NNAPI_REFERENCE_JIT", bool, False)}
+    #: The baseline compiling drivers calibrate against: planned at preparation, no caching engine.
+    CALIBRATION_OPTIONS = {"jit": False}
 
-    def calibration_twin(self) -> "ReferenceDevice":
-        """The baseline compiling drivers calibrate against: planned at preparation, no caching engine."""
-        return ReferenceDevice(jit=False, engine=False)
+    @once
+    def speed(self) -> Calibration:
+        """This machine's cost model, measured at first use: the interpreter's own cost per operation (a
+        chain of 16 one-element ADDs) and numpy's element and MAC speeds."""
+        import numpy as np
+        from .interpreter import SubgraphPlan
+        f32, tmp, n = OperandType.TENSOR_FLOAT32, OperandLifeTime.TEMPORARY_VARIABLE, 16
+        operands = [Operand(f32, (1,), lifetime=OperandLifeTime.SUBGRAPH_INPUT),
+                    Operand(OperandType.INT32, (), lifetime=OperandLifeTime.CONSTANT_COPY,
+                            location=DataLocation(0, 0, 4)),
+                    *(Operand(f32, (1,), lifetime=OperandLifeTime.SUBGRAPH_OUTPUT if k == n - 1 else tmp)
+                      for k in range(n))]
+        operations = [Operation(OperationType.ADD, (k + 1 if k else 0, 0, 1), (k + 2,)) for k in range(n)]
+        probe = Model(Subgraph(operands, operations, (0,), (n + 1,)), operand_values=bytes(4))
+        plan, x = SubgraphPlan(probe, probe.main, []), np.ones(1, np.float32)
+        return calibrate(lambda: plan.run({0: x}), n)
+
+    def estimate_run_ns(self, prepared: ReferencePreparedModel) -> int:
+        return model_cost_ns(prepared.model, self.speed)
 
     def capabilities(self) -> Capabilities:
         one = PerformanceInfo(1.0, 1.0)
@@ -100,7 +82,7 @@ class ReferenceDevice(DriverDevice):
         return [_supported(model, op) for op in model.main.operations]
 
     def compile(self, job: CompileJob) -> ReferencePreparedModel:
-        if self.jit:  # plan at the first execution, and write the cache then (C11)
+        if self.option("jit"):  # plan at the first execution, and write the cache then (C11)
             return ReferencePreparedModel(job.model, job.preference, job.priority, lazy=True,
                                           on_planned=job.defer_cache())
         return ReferencePreparedModel(job.model, job.preference, job.priority)

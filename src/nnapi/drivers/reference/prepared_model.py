@@ -8,7 +8,6 @@ import numpy as np
 
 from ...hal import ExecutionPreference, Model, Priority
 from ...memory import MappedPool, map_pool
-from ...qos import model_cost_ns
 from ..base import Binding, DriverPreparedModel
 from .interpreter import ModelExecutor, SubgraphPlan
 
@@ -43,10 +42,6 @@ class ReferencePreparedModel(DriverPreparedModel):
     @property
     def planned(self) -> bool:
         return self._planned
-
-    def estimate_run_ns(self) -> int:
-        from .device import calibration
-        return model_cost_ns(self.model, calibration())
 
     def run(self, binding: Binding) -> list[np.ndarray]:
         self._plan()

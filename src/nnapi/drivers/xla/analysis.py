@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from ...hal import Model, OperandLifeTime as L, OperandType as T
 from ...ops import numpy_dtype
 from ...validation import ConstantReader
-from ..base.lowering import with_dims
+from ..base.lowering import prove_in_order, with_dims
 from . import control_flow
 from .lowering import LOWERINGS, LoweredOp, run_op
 
@@ -27,10 +27,8 @@ LOWERINGS.load()  # the rules register themselves in LOWERINGS; this module is t
 
 #: Deepest nesting of IF / WHILE bodies the driver lowers.
 MAX_DEPTH = 8
-_VALUE_LIFETIMES = (L.SUBGRAPH_INPUT, L.TEMPORARY_VARIABLE, L.SUBGRAPH_OUTPUT)
 
 
-operand_ok = LOWERINGS.holds  # a value the driver can hold (`base.lowering.LoweringTable.holds`)
 
 
 def _prove(index: int | None, depth: int):
@@ -50,7 +48,7 @@ def _prove(index: int | None, depth: int):
             declared = tuple(sub.operands[i].dimensions)
             if declared and (len(declared) != len(d) or any(a and a != b for a, b in zip(declared, d))):
                 return None, None  # the model declares a shape the subgraphs do not produce
-            if not operand_ok(sub.operands[i], d):
+            if not LOWERINGS.holds(sub.operands[i], d):
                 return None, None
         return LoweredOp(k, tuple(op.inputs), tuple(op.outputs), ctx, entry, tuple(graphs)), tuple(out_dims)
     return prove
@@ -82,7 +80,7 @@ def lower_graph(model: Model, index: int, specs: list[tuple[T, tuple[int, ...]]]
     sub = model.referenced[index]
     if any(lop is None for lop in ops):
         return None
-    if not all(operand_ok(sub.operands[i], dims[i]) for i in sub.output_indexes):
+    if not all(LOWERINGS.holds(sub.operands[i], dims[i]) for i in sub.output_indexes):
         return None
     reader = ConstantReader(model)  # a subgraph output may be a constant itself
     constants = {i: reader.value(sub.operands[i]) for i in sub.output_indexes
@@ -97,49 +95,25 @@ def analyze(model: Model) -> tuple[list[tuple[int, ...]], list[LoweredOp | None]
     """Inferred operand shapes of the main graph and, per operation, its LoweredOp or None (not
     claimed).
 
-    The claim is proven by tracing every candidate abstractly: an entry that fails to trace, or
-    whose outputs differ from the inferred shapes and types, is not claimed. An unclaimed
-    operation's outputs are stood in by zeros, so later operations are judged on their own.
+    The claim is proven by tracing every candidate abstractly, in order (`base.lowering.prove_in_order`):
+    an entry that fails to trace, or whose outputs differ from the inferred shapes and types, is not
+    claimed, and its outputs are stood in by zeros, so later operations are judged on their own.
     """
     model, dims, candidates = static_analysis(model)
-    sub = model.main
     if not any(candidates):
         return dims, candidates
-    verdict = list(candidates)
-    placeholders = {}
-    for op in sub.operations:
-        for i in (*op.inputs, *op.outputs):
-            operand = sub.operands[i]
-            if operand.lifetime in _VALUE_LIFETIMES and operand_ok(operand, dims[i]):
-                shape = () if T(operand.type).is_scalar else tuple(dims[i])
-                placeholders[i] = jax.ShapeDtypeStruct(shape, numpy_dtype(T(operand.type)))
-    inputs = {i: s for i, s in placeholders.items() if sub.operands[i].lifetime == L.SUBGRAPH_INPUT}
+    specs = LOWERINGS.value_specs(model.main, dims, jax.ShapeDtypeStruct)
+    verdict: list[LoweredOp | None] = []
 
-    def trace(args):
-        values = dict(args)
+    def trace(inputs: dict) -> int:
         env = control_flow.LoopBudget(jnp.asarray(1, jnp.int32))
-        for k, lop in enumerate(candidates):
-            op = sub.operations[k]
-            ok = lop is not None
-            if ok:
-                try:
-                    outs = run_op(lop, values, consts={}, env=env)
-                    for i, o in zip(op.outputs, outs):
-                        want = placeholders.get(i)
-                        if want is None or tuple(o.shape) != tuple(want.shape):
-                            raise ValueError("shape mismatch")
-                        values[i] = o.astype(want.dtype)
-                except Exception:
-                    ok = False
-            if not ok:
-                verdict[k] = None
-                for i in op.outputs:
-                    if i in placeholders:
-                        values[i] = jnp.zeros(placeholders[i].shape, placeholders[i].dtype)
+        verdict[:] = prove_in_order(model.main, candidates, dict(inputs),
+                                    lambda lop, values: run_op(lop, values, consts={}, env=env), specs,
+                                    lambda spec: jnp.zeros(spec.shape, spec.dtype))
         return 0
 
-    jax.eval_shape(trace, inputs)
+    jax.eval_shape(trace, {i: s for i, s in specs.items() if model.main.operands[i].lifetime == L.SUBGRAPH_INPUT})
     return dims, verdict
 
 
-__all__ = ["analyze", "lower_graph", "operand_ok", "static_analysis", "with_dims"]
+__all__ = ["analyze", "lower_graph", "static_analysis", "with_dims"]

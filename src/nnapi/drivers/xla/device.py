@@ -13,24 +13,38 @@ process that compiles the same model again loads the executable instead.
 """
 from __future__ import annotations
 
-import threading
+import importlib
+import os
+import pkgutil
 
-from ...caching import model_fingerprint
-from ...hal import DeviceInfo, DeviceType, ErrorStatus, Model, NnError
-from ..base import CompileJob, DriverDevice, env_int
-from .calibration import backend
+from ...hal import DeviceType, Model
+from ..base import Claims, CompileJob, DriverDevice, Option
 
 NAME = "xla"
-#: One model-cache file (header, structure, executable) and one data-cache file (constants); see cache.py.
-NUM_MODEL_CACHE, NUM_DATA_CACHE = 1, 1
-DEFAULT_OPTIMIZE_AFTER = 8
+
+
+def backend() -> str:
+    """"gpu" when JAX will find a CUDA/ROCm plugin (or JAX_PLATFORMS names one), else "cpu" (or the
+    platform JAX_PLATFORMS names first); decided without importing JAX, so listing devices stays cheap."""
+    first = os.environ.get("JAX_PLATFORMS", "").strip().lower().split(",")[0]
+    if first:
+        return "gpu" if first in ("cuda", "rocm", "gpu") else first
+    try:
+        plugins = importlib.import_module("jax_plugins").__path__
+    except ImportError:
+        return "cpu"
+    return "gpu" if any(n in m.name for m in pkgutil.iter_modules(plugins) for n in ("cuda", "rocm")) else "cpu"
 
 
 class XlaDevice(DriverDevice):
     """Lowers a partition to one jitted function and compiles it ahead of time for its shapes."""
 
     NAME = NAME
-    CACHE_FILES = (NUM_MODEL_CACHE, NUM_DATA_CACHE)
+    CACHE_FILES = (1, 1)  # model cache: header, structure, executable; data cache: the constants (cache.py)
+    OPTIONS = {"optimize_after": Option("NNAPI_XLA_OPTIMIZE_AFTER", int, 8),
+               "segments": Option("NNAPI_XLA_SEGMENTS")}
+    CALIBRATION_OPTIONS = {"optimize_after": 0}  # the steady state: the optimised executable at once
+    CALIBRATED = True
     REMEMBER_CLAIMS = True  # the analysis traces the lowering: about a third of a compilation
     #: The code that decides what is claimed and compiled (an edited checkout is a new driver version).
     VERSION_SOURCES = ("drivers/xla", "drivers/xla/rules", "drivers/base", "ops", "validation", "hal")
@@ -38,74 +52,30 @@ class XlaDevice(DriverDevice):
     HANDOFF_NS = 0  # a running sub-model reaches no checkpoint: higher-priority work starts at once
     LEARN_COMPILE_NS = True  # admission's lower bound: half the fastest compile seen per operation
 
-    def __init__(self, *, optimize_after: int | None = None, segments: int | None = None,
-                 scheduler=None, engine: bool | None = None, memory_limit_bytes: int | None = None,
-                 workers: int | None = None) -> None:
-        super().__init__(scheduler=scheduler, workers=workers, memory_limit_bytes=memory_limit_bytes, engine=engine)
-        if optimize_after is None:
-            optimize_after = env_int("NNAPI_XLA_OPTIMIZE_AFTER")
-        self.optimize_after = DEFAULT_OPTIMIZE_AFTER if optimize_after is None else optimize_after
-        if segments is None:
-            segments = env_int("NNAPI_XLA_SEGMENTS") or None
-        #: Sub-models per partition (None: by estimated work, see program.segment_bounds).
-        self.segments = segments
-        self._last_analysis: tuple | None = None
-        self._lock = threading.Lock()
+    def device_type(self) -> DeviceType:
+        """A GPU where JAX runs on one (its calibration is then stored apart from the CPU's)."""
+        return DeviceType.GPU if backend() == "gpu" else DeviceType.CPU
 
-    # --- identity and calibration (hooks of the base) ---------------------------------------------------
-    def get_info(self) -> DeviceInfo:
-        return DeviceInfo(NAME, self.version, DeviceType.GPU if backend() == "gpu" else DeviceType.CPU, 30)
-
-    def capabilities(self):
-        return self.calibrated_capabilities()
-
-    def calibration_twin(self) -> "XlaDevice":
-        return type(self)(optimize_after=0, engine=False, scheduler=self.scheduler)  # the optimised executable
-
-    def calibration_variant(self) -> str:
-        return backend()
-
-    # --- claims ---------------------------------------------------------------------------------------
-    def supported(self, model: Model) -> list[bool]:
+    def supported(self, model: Model) -> Claims:
         """Every operation the lowering table lowers for these shapes (traced abstractly; the base
-        remembers the answer by content, across processes too: REMEMBER_CLAIMS)."""
+        remembers the answer by content, across processes too, and hands the analysis to `compile`)."""
         from .analysis import analyze
         dims, lowered = analyze(model)
-        with self._lock:
-            # The runtime prepares what it just asked about: keep the last analysis for it (one
-            # entry, as it references the caller's constant memory until then).
-            self._last_analysis = (model_fingerprint(model), dims, lowered)
-        return [lop is not None for lop in lowered]
-
-    def _take_analysis(self, model: Model) -> tuple | None:
-        """(dims, lowered) that `supported` made for these very bytes, once."""
-        with self._lock:
-            last, self._last_analysis = self._last_analysis, None
-        if last is None:
-            return None
-        try:
-            return last[1:] if model_fingerprint(model) == last[0] else None
-        except Exception:
-            return None
+        return Claims([lop is not None for lop in lowered], (dims, lowered))
 
     # --- preparation ------------------------------------------------------------------------------------
     def compile(self, job: CompileJob):
         from . import program as prog
         from .prepared_model import XlaPreparedModel
         relocated, _ = prog.relocate(job.model)
-        dims, lowered = prog.analyze_supported(relocated, self._take_analysis(job.model))
+        dims, lowered = prog.analyze_supported(relocated, job.analysis)
         sig = prog.signature(relocated, dims, lowered)
-        single = self.optimize_after <= 0 or job.preference == job.preference.SUSTAINED_SPEED
-        parts = prog.split(relocated, dims, lowered, sig, self.segments)
+        single = self.option("optimize_after") <= 0 or job.preference == job.preference.SUSTAINED_SPEED
+        parts = prog.split(relocated, dims, lowered, sig, self.option("segments") or None)
         job.checkpoint("compiling")
-        try:
-            segments = prog.compile_segments(relocated, parts, optimized=single, checkpoint=job.checkpoint)
-        except NnError:
-            raise
-        except Exception as e:
-            raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla compilation failed: {type(e).__name__}: {e}") from None
+        segments = prog.compile_segments(relocated, parts, optimized=single, checkpoint=job.checkpoint)
         return XlaPreparedModel(relocated, sig, segments, "optimized" if single else "quick", job.preference,
-                                job.priority, optimize_after=self.optimize_after,
+                                job.priority, optimize_after=self.option("optimize_after"),
                                 on_optimized=None if single else job.keep_cache())
 
     def save(self, prepared) -> tuple[list[bytes], list[bytes]]:
@@ -133,5 +103,5 @@ class XlaDevice(DriverDevice):
             model_blobs[0], data_blobs[0] if data_blobs is not None else None, job.verified, job.uid, job.held,
             self.content)
         return XlaPreparedModel(model, sig, segments, stage, preference, priority,
-                                optimize_after=self.optimize_after,
+                                optimize_after=self.option("optimize_after"),
                                 on_optimized=job.keep_cache() if stage == "quick" else None, constants=constants)

@@ -34,7 +34,6 @@ import jax
 
 from ... import tracing as trace
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
-from ...qos import threads
 from ..base import Binding, DriverPreparedModel
 from ..base.stages import Stages
 from ..base.native import LoopBudgets, NativeCall, raise_failed_check, run_native
@@ -62,32 +61,24 @@ class XlaPreparedModel(Stages, DriverPreparedModel):
         self._input_shapes = [s.shape() for s in sig.inputs]
         self.static_output_shapes = [s.shape() for s in sig.outputs]
         self.init_stages(stage, optimize_after, on_optimized, "nnapi-xla-optimize")
-        #: [(sub-model signature, compiled executable)], run in order.
-        self._segments = list(segments)
+        #: [(sub-model signature, compiled executable)], run in order (replaced whole by the optimised stage).
+        self.segments = list(segments)
         #: Per sub-model with loops, its iteration budget (kept between executions).
         self._loop_budgets = LoopBudgets(model, MAX_LOOP_BUDGET)
-        if constants is None:
-            constants = prog.device_constants(model.pools[0].pointer if model.pools else None,
-                                              [seg for seg, _ in self._segments], model)
-        self._constants = constants
-
-    @property
-    def constants(self) -> prog.Constants:
-        """The constant arguments on the device (shared with other preparations of the same content)."""
-        return self._constants
+        #: The constant arguments on the device (shared with other preparations of the same content).
+        self.constants = constants if constants is not None else prog.device_constants(
+            model.pools[0].pointer if model.pools else None, [seg for seg, _ in self.segments], model)
 
     # --- multi-stage compilation (`base.stages`) --------------------------------------------------------
-    def optimized_stage(self):
-        """The optimised executables, compiled and warmed up (between the steps: nothing once exiting)."""
+    def optimized_stage(self, checkpoint: Callable[[str], None]) -> Callable[[], None]:
+        """The optimised executables, compiled and warmed up."""
         dims, lowered = prog.analyze_supported(self.model)
-        parts = prog.split(self.model, dims, lowered, self.signature, len(self._segments))
-        if threads.exiting():
-            return None
-        segments = prog.compile_segments(self.model, parts, optimized=True)
-        if threads.exiting():
-            return None
+        parts = prog.split(self.model, dims, lowered, self.signature, len(self.segments))
+        checkpoint("compiling")
+        segments = prog.compile_segments(self.model, parts, optimized=True, checkpoint=checkpoint)
+        checkpoint("warming up")
         self._warm_up(segments)
-        return lambda: setattr(self, "_segments", segments)
+        return lambda: setattr(self, "segments", segments)
 
     def _warm_up(self, segments: list) -> None:
         """Run each new executable once on zeros (loops: one iteration) before it serves requests:
@@ -95,16 +86,11 @@ class XlaPreparedModel(Stages, DriverPreparedModel):
         milliseconds), which the background thread pays instead of the execution after the swap."""
         for seg, exe in segments:
             args = [*(np.zeros(s.shape(), s.dtype) for s in seg.inputs),
-                    *(self._constants[s.index] for s in seg.constants)]
+                    *(self.constants[s.index] for s in seg.constants)]
             try:
                 jax.block_until_ready(exe(*args, np.int32(1)) if seg.loops else exe(*args))
             except Exception:  # zeros may be bad data for this model: warming is only an optimisation
                 pass
-
-    @property
-    def segments(self) -> list:
-        """[(sub-model signature, executable)] in execution order."""
-        return list(self._segments)
 
     # --- one run ------------------------------------------------------------------------------------
     def run(self, binding: Binding) -> list:
@@ -127,11 +113,11 @@ class XlaPreparedModel(Stages, DriverPreparedModel):
                     value = jax.device_put(value)  # aliases the pool memory on the CPU backend
             args.append(value)
         values = {s.index: a for s, a in zip(sig.inputs, args)}
-        segments = self._segments  # one consistent stage for the whole run
+        segments = self.segments  # one consistent stage for the whole run
         for j, (seg, exe) in enumerate(segments):
             if j:
                 binding.checkpoint(f"sub-model {j} of {len(segments)}")  # preemption / deadline (QoS)
-            seg_args = [*(values[s.index] for s in seg.inputs), *(self._constants[s.index] for s in seg.constants)]
+            seg_args = [*(values[s.index] for s in seg.inputs), *(self.constants[s.index] for s in seg.constants)]
             try:
                 with trace.span(f"sub-model {j}", "operation", device="xla") if trace.active() else nullcontext():
                     if seg.loops:

@@ -5,10 +5,7 @@ the output's FakeQuantize rounds them onto the (fixed) output grid.
 """
 from __future__ import annotations
 
-from .. import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino.opset16 as ops
+from ..backend import ops
 
 from ....hal import FusedActivationFunc as Act, OperationType as Op
 from ....ops import OpContext, resolve

@@ -9,11 +9,7 @@ the scope's ran-out flags, as do the flags of loops nested in its body, accumula
 from __future__ import annotations
 
 import numpy as np
-from .. import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino as ov
-import openvino.opset16 as ops
+from ..backend import ov, ops
 
 from ....hal import OperandType as T, OperationType as Op
 from ....ops import OpContext

@@ -7,11 +7,7 @@ so that, with the FakeQuantize on the quantized input, the low-precision pipelin
 from __future__ import annotations
 
 import numpy as np
-from .. import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino as ov
-import openvino.opset16 as ops
+from ..backend import ov, ops
 
 from ....hal import OperationType as Op
 from ....ops import OpContext, resolve

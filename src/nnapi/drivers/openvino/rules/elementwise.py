@@ -9,11 +9,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from .. import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino as ov
-import openvino.opset16 as ops
+from ..backend import ov, ops
 
 from ....hal import OperationType as Op
 from ....ops import OpContext, Tensor, activation_range, resolve

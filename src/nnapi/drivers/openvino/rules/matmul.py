@@ -1,10 +1,7 @@
 """BATCH_MATMUL as MatMul (adjoint flags as transposes); quantized operands multiply as real values."""
 from __future__ import annotations
 
-from .. import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino.opset16 as ops
+from ..backend import ops
 
 from ....hal import OperationType as Op
 from ....ops import OpContext, resolve

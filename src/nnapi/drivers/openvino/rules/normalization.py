@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
-from .. import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino.opset16 as ops
+from ..backend import ops
 
 from ....hal import OperationType as Op
 from ....ops import OpContext, resolve

@@ -6,10 +6,7 @@ dilations: OpenVINO 2026.4's CPU plugin crashes on an AvgPool-14 without them.
 """
 from __future__ import annotations
 
-from .. import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino.opset16 as ops
+from ..backend import ops
 
 from ....hal import FusedActivationFunc as Act, OperationType as Op
 from ....ops import OpContext, resolve

@@ -19,10 +19,7 @@ normalization. Peepholes, layer normalization and projection are not lowered (no
 from __future__ import annotations
 
 import numpy as np
-from .. import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino.opset16 as ops
+from ..backend import ops
 
 from ....hal import OperationType as Op
 from ....ops import OpContext, resolve

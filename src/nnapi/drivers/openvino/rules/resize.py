@@ -13,10 +13,7 @@ axis) cost pose_detection 950 us of its 9.5 ms."""
 from __future__ import annotations
 
 import numpy as np
-from .. import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino.opset16 as ops
+from ..backend import ops
 
 from ....hal import OperationType as Op
 from ....ops import OpContext, resolve

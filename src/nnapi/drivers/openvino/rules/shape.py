@@ -9,10 +9,7 @@ and padding work in their input's layout (the axis mapped); the rest take the lo
 from __future__ import annotations
 
 import numpy as np
-from .. import import_openvino
-
-import_openvino()  # (before OpenVINO itself: its telemetry declined, see the package doc)
-import openvino.opset16 as ops
+from ..backend import ops
 
 from ....hal import OperationType as Op
 from ....ops import OpContext, resolve
