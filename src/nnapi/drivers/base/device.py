@@ -286,9 +286,10 @@ class DriverDevice(IDevice):
         mappable = mappable_constant_flags(model)  # M5: a constant whose handle cannot be mapped is unsupported
         return [f and ok for f, ok in zip(flags, mappable)]
 
-    def _claims(self, model: Model) -> tuple[list[bool], str | None]:
+    def _claims(self, model: Model, deadline: int | None = None) -> tuple[list[bool], str | None]:
         """(`supported` of a validated model, its content fingerprint): INVALID_ARGUMENT when it is not
-        valid; remembered; a `Claims`' analysis is kept for the next `compile` of the same content."""
+        valid; remembered; a `Claims`' analysis is kept for the next `compile` of the same content. With
+        a `deadline`, `supported` runs on a worker thread that is not waited for past it."""
         try:
             key = model_fingerprint(model)
         except Exception:  # malformed: validation names the fault
@@ -304,7 +305,9 @@ class DriverDevice(IDevice):
                 return list(flags), key
         validate_model(model)
         try:
-            answer = self.supported(model)
+            answer = self.supported(model) if deadline is None else within_deadline(
+                deadline, lambda: self.supported(model), f"{self.NAME} preparation",
+                what="the claim analysis was not waited for")
             flags = [bool(f) for f in answer]
         except NnError:
             raise
@@ -345,10 +348,8 @@ class DriverDevice(IDevice):
                       cache_handles: CacheHandles | None = None, token: bytes | None = None, *,
                       client: ClientId | None = None) -> DriverPreparedModel:
         # Validates the model (or its very content was validated before); a claim analysis that outlasts the
-        # deadline returns at it too (it goes on in the background, and its answer is remembered).
-        claims, key = self._claims(model) if deadline is None else within_deadline(
-            normalize_deadline(deadline), lambda: self._claims(model), f"{self.NAME} preparation",
-            what="the claim analysis goes on in the background")
+        # deadline returns at it (MISSED_DEADLINE_TRANSIENT), as a compile does.
+        claims, key = self._claims(model, normalize_deadline(deadline))
         validate_preference(preference)
         validate_priority(priority)
         preference, priority = ExecutionPreference(preference), Priority(priority)
