@@ -17,7 +17,7 @@ from nnapi import OperandType as T
 from nnapi.conformance.vts.domains import ForeignPreparedModel
 from nnapi.conformance.vts.hal_exec import Shared, Token, separate_io, shared_memory
 from nnapi.conformance.vts.models import DIMS, add_model, conv_model, size_of
-from nnapi.drivers.reference import ReferenceDevice, buffers
+from nnapi.drivers.reference import ReferenceDevice
 from nnapi.hal import (BufferDesc, BufferRole, ErrorStatus, ExecutionPreference, MeasureTiming, NnError, Priority)
 
 DEVICE = ReferenceDevice()
@@ -78,10 +78,10 @@ def test_tokens_are_unique_among_live_buffers_and_freed_with_the_buffer(conv):
     tokens = [t for _, t in allocated]
     assert len(set(tokens)) == 20 and all(t > 0 for t in tokens)
     allocated[0][0].release()
-    assert tokens[0] not in buffers.DOMAIN.tracker._buffers and tokens[1] in buffers.DOMAIN.tracker._buffers
+    assert tokens[0] not in ReferenceDevice.shared_domain().tracker._buffers and tokens[1] in ReferenceDevice.shared_domain().tracker._buffers
     del allocated
     gc.collect()
-    assert not set(tokens) & set(buffers.DOMAIN.tracker._buffers)
+    assert not set(tokens) & set(ReferenceDevice.shared_domain().tracker._buffers)
     with separate_io([Token(tokens[5])], [Shared(size_of(T.TENSOR_FLOAT32))]) as io:
         assert status_of(conv, io) in (ErrorStatus.INVALID_ARGUMENT, ErrorStatus.GENERAL_FAILURE)
 

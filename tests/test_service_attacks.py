@@ -17,25 +17,14 @@ import pytest
 import nnapi
 from nnapi import OperationType as Op
 from nnapi.hal import ErrorStatus, NnError
-from nnapi.service import ENV, connect, default_socket
-from nnapi.service.cli import start
+from nnapi.service import ENV, connect
 from nnapi.service.codec import Encoder
 
 from test_service_security import APP_A, APP_B, binary_model, fork_as, run_as
+from test_service_security import service  # noqa: F401  (the module's own served reference driver)
 
 pytestmark = [pytest.mark.filterwarnings("ignore:os.fork"), pytest.mark.filterwarnings("ignore:This process"),
               pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")]
-
-
-@pytest.fixture(scope="module")
-def service():
-    directory = tempfile.mkdtemp(prefix="nnapi-test-attacks-")
-    os.chmod(directory, 0o755)  # apps of every user reach the socket
-    served = start("reference", default_socket("reference", directory), os.path.join(directory, "state"))
-    nnapi.devices()  # in-process drivers found before forking: children only connect
-    yield served
-    served.stop()
-    shutil.rmtree(directory, ignore_errors=True)
 
 
 def victim_latency(service, uid: int, seconds: float, attack: Callable[[float], dict] | None = None,
