@@ -337,3 +337,61 @@ def test_a_served_driver_with_a_fleet_tier_reports_fleet_to_the_app(tmp_path, pu
             served.stop()
     assert outcomes[0][0] == "miss" and "no fleet entry" in outcomes[0][1], outcomes
     assert outcomes[1] == ("fleet", "fleet: signed by host.key"), outcomes
+
+
+# --- claims across the fleet ------------------------------------------------------------------------------
+class CountingReference(ReferenceDevice):
+    """The reference driver, counting the claim analyses it makes itself."""
+
+    analyses = 0
+
+    def supported(self, model):
+        type(self).analyses += 1
+        return super().supported(model)
+
+
+def _claiming_driver(tmp_path, name: str, fleet: Fleet) -> CountingReference:
+    device = CountingReference()
+    device.registry = IntegrityRegistry(device.NAME, device.version, tmp_path / f"{name}.sqlite3")
+    device.fleet = fleet
+    return device
+
+
+def _published_claims(store: RedisStore, device, model) -> bytes:
+    from nnapi.caching import model_fingerprint
+    from nnapi.caching.fleet import claims_key
+    key = claims_key(device.NAME, device.version, model_fingerprint(model.to_hal()).hex())
+    for _ in range(200):
+        raw = store.get(key)
+        if raw is not None:
+            return key, raw
+        time.sleep(0.01)
+    raise AssertionError("no claims were published")
+
+
+def test_a_host_partitions_from_the_claims_a_trusted_host_published(tmp_path, redis_url, keys):
+    """A new host asks the fleet before analysing a model (so it imports no backend the model does not go
+    to); what it reads is signed by a trusted key and for its own driver version and these very bytes."""
+    store = RedisStore(redis_url, timeout=1.0)
+    for key in list(store.keys("nnapi:fleet:")):
+        store.delete(key)
+    model = add_model(64)
+    CountingReference.analyses = 0
+    host = _claiming_driver(tmp_path, "host", Fleet(store, keys["trust"], keys["host"]))
+    assert host.get_supported_operations(model.to_hal()) == [True]
+    assert CountingReference.analyses == 1
+    key, raw = _published_claims(store, host, model)
+    other = _claiming_driver(tmp_path, "other", Fleet(store, keys["trust"]))
+    assert other.get_supported_operations(model.to_hal()) == [True] and CountingReference.analyses == 1
+    # refused claims are analysed locally: another signer, another model's claims replayed, too few flags
+    entry = msgpack.unpackb(raw, raw=False)
+    said = json.loads(entry["manifest"])
+    cases = {"untrusted signer": _resign(raw, entry["manifest"], keys["evil"]),
+             "replayed": _resign(raw, json.dumps(dict(said, fingerprint="00" * 16)).encode(), keys["host"]),
+             "flags": _resign(raw, json.dumps(dict(said, flags="")).encode(), keys["host"])}
+    for case, forged in cases.items():
+        store.put(key, forged)
+        fresh = _claiming_driver(tmp_path, f"fresh-{case}", Fleet(store, keys["trust"]))
+        before = CountingReference.analyses
+        assert fresh.get_supported_operations(model.to_hal()) == [True], case
+        assert CountingReference.analyses == before + 1, case

@@ -5,6 +5,8 @@ Layout in the store (`fleet_store`):
     nnapi:fleet:v1:entry:<driver>:<sha256(version)[:16]>:<token hex>   one entry (msgpack):
         {"manifest": canonical JSON bytes, "signature": Ed25519 over them, "key": the signer's public key}
     nnapi:fleet:v1:blob:<sha256 hex>                                     a blob, by its SHA-256
+    nnapi:fleet:v1:claims:<driver>:<sha256(version)[:16]>:<fingerprint>  what the driver claims of a model
+        (msgpack, signed as an entry is): {"kind": "claims", driver, version, fingerprint, flags, created}
 
 The manifest names the driver, its full version (CPU features included), the per-device token, the
 model-cache and data-cache blobs (SHA-256 and size each, in the driver's order) and the creation time.
@@ -19,6 +21,13 @@ logged once, never an error and never a wait beyond the store's timeout.
 
 Publishing: a host that holds a signing key (`NNAPI_FLEET_KEY`) publishes what it compiles, blobs first,
 entry last, on a thread of its own: it never delays or fails a preparation.
+
+Claims: a host also publishes what its driver claims of a model's content (`get_supported_operations`,
+keyed by the driver, its version and the model's fingerprint), so a new host partitions a model without
+analysing it, or importing a backend the model does not go to: a fleet hit then costs about what a local
+hit does. They are read under the same three checks (a trusted signer, the payload's driver, version and
+fingerprint the ones asked for, and as many flags as the model has operations); a claim is only what
+that driver version answered for those very bytes, so it is believed as the driver's own memory is.
 """
 from __future__ import annotations
 
@@ -56,6 +65,10 @@ def entry_key(driver: str, version: str, token: bytes) -> str:
 
 def blob_key(digest_hex: str) -> str:
     return f"{PREFIX}blob:{digest_hex}"
+
+
+def claims_key(driver: str, version: str, fingerprint_hex: str) -> str:
+    return f"{PREFIX}claims:{driver}:{hashlib.sha256(version.encode()).hexdigest()[:16]}:{fingerprint_hex}"
 
 
 # --- keys ------------------------------------------------------------------------------------------------
@@ -183,12 +196,13 @@ class Fleet:
             log.warning("fleet %s: no trust list (%s): nothing will be prepared from it", url, ENV_TRUST)
         return cls(store, trust, key)
 
-    def _once(self, reason: str) -> None:
-        """Log a store's failure once (a miss each time, a line once)."""
+    def _once(self, reason: str, kind: str | None = None) -> None:
+        """Log a store's failure once (a miss each time, a line once): once per `kind` of failure when
+        given (a store that is down fails every key, and says so once), else once per reason."""
         with self._lock:
-            if reason in self._logged:
+            if (kind or reason) in self._logged:
                 return
-            self._logged.add(reason)
+            self._logged.add(kind or reason)
         log.warning("fleet: %s (a miss; said once)", reason)
 
     # --- reading ----------------------------------------------------------------------------------------
@@ -200,11 +214,12 @@ class Fleet:
         try:
             raw = self.store.get(entry_key(driver, version, token))
         except StoreError as e:
-            self._once(str(e))
+            self._once(str(e), "read")
             raise Refused(f"the store failed: {e}") from None
         if raw is None:
             raise Refused("no fleet entry for this token")
-        manifest, signer = self._verified(raw)
+        payload, signer = self._verified(raw)
+        manifest = Manifest.decode(payload)
         if (manifest.driver, manifest.version, manifest.token) != (driver, version, bytes(token)):
             raise Refused(f"the entry is for {manifest.driver} {manifest.version} token {manifest.token.hex()[:12]}…, "
                           "not this driver version and token (replayed)")
@@ -216,7 +231,7 @@ class Fleet:
             try:
                 blob = self.store.get(blob_key(digest))
             except StoreError as e:
-                self._once(str(e))
+                self._once(str(e), "read")
                 raise Refused(f"the store failed: {e}") from None
             if blob is None:
                 raise Refused(f"blob {digest[:12]}… is missing from the store")
@@ -226,7 +241,52 @@ class Fleet:
         n = len(manifest.model)
         return blobs[:n], blobs[n:], signer
 
-    def _verified(self, raw: bytes) -> tuple[Manifest, str]:
+    def claims(self, driver: str, version: str, fingerprint_hex: str, n: int) -> list[bool] | None:
+        """What a trusted host's driver of this version claimed of the model with this content fingerprint
+        (one flag per operation of its `n`), or None (not there, or refused: logged at debug level)."""
+        try:
+            raw = self.store.get(claims_key(driver, version, fingerprint_hex))
+            if raw is None:
+                return None
+            payload, _ = self._verified(raw)
+            said = json.loads(payload)
+            if (said.get("kind"), said.get("driver"), said.get("version"), said.get("fingerprint")) != (
+                    "claims", driver, version, fingerprint_hex):
+                raise Refused("the claims are for another driver, version or model (replayed)")
+            flags = said.get("flags")
+            if not isinstance(flags, str) or len(flags) != n or set(flags) - {"0", "1"}:
+                raise Refused(f"the claims do not hold one flag for each of the model's {n} operations")
+            return [f == "1" for f in flags]
+        except StoreError as e:
+            self._once(str(e), "read")
+        except (Refused, ValueError) as e:
+            log.debug("fleet: claims of %s not used: %s", fingerprint_hex[:12], e)
+        return None
+
+    def publish_claims(self, driver: str, version: str, fingerprint_hex: str, flags: Sequence[bool]) -> None:
+        """Publish what this driver claims of a model (with a signing key; on a thread of its own)."""
+        if self.signing_key is None:
+            return
+        payload = json.dumps({"kind": "claims", "driver": driver, "version": version, "fingerprint": fingerprint_hex,
+                              "flags": "".join("1" if f else "0" for f in flags), "created": time.time()},
+                             sort_keys=True, separators=(",", ":")).encode()
+        entry = self._signed(payload)
+        threading.Thread(target=self._put, args=(claims_key(driver, version, fingerprint_hex), entry),
+                         name="nnapi-fleet-publish", daemon=True).start()
+
+    def _put(self, key: str, value: bytes) -> None:
+        try:
+            self.store.put(key, value)
+        except StoreError as e:
+            self._once(f"publishing failed: {e}")
+
+    def _signed(self, payload: bytes) -> bytes:
+        """A signed entry of `payload` (msgpack: the payload, its Ed25519 signature, this host's public key)."""
+        return msgpack.packb({"manifest": payload, "signature": self.signing_key.sign(payload),
+                              "key": _raw_public(self.signing_key)})
+
+    def _verified(self, raw: bytes) -> tuple[bytes, str]:
+        """The payload of a signed entry and its signer's name, when a trusted key signed it; Refused otherwise."""
         from cryptography.exceptions import InvalidSignature
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
         try:
@@ -243,7 +303,7 @@ class Fleet:
             Ed25519PublicKey.from_public_bytes(key).verify(signature, manifest_bytes)
         except (InvalidSignature, ValueError):
             raise Refused(f"the signature of {self.trust[key]} does not verify") from None
-        return Manifest.decode(manifest_bytes), self.trust[key]
+        return manifest_bytes, self.trust[key]
 
     # --- publishing -------------------------------------------------------------------------------------
     def publish(self, driver: str, version: str, token: bytes, model_blobs: Sequence[bytes],
@@ -262,9 +322,7 @@ class Fleet:
     def _publish(self, driver: str, version: str, token: bytes, model: list[bytes], data: list[bytes]) -> None:
         manifest = Manifest(driver, version, token, tuple((_sha(b), len(b)) for b in model),
                             tuple((_sha(b), len(b)) for b in data), time.time())
-        encoded = manifest.encode()
-        entry = msgpack.packb({"manifest": encoded, "signature": self.signing_key.sign(encoded),
-                               "key": _raw_public(self.signing_key)})
+        entry = self._signed(manifest.encode())
         try:
             for blob in (*model, *data):
                 self.store.put(blob_key(_sha(blob)), blob)
@@ -289,7 +347,8 @@ class Fleet:
                                bytes=sum(n for _, n in (*said.model, *said.data)))
                 except Exception:
                     pass
-                manifest, signer = self._verified(raw)
+                payload, signer = self._verified(raw)
+                manifest = Manifest.decode(payload)
                 row.update(signer=signer, ok=True, reason="")
                 for digest, size in (*manifest.model, *manifest.data):
                     blob = self.store.get(blob_key(digest))
@@ -316,7 +375,17 @@ class Fleet:
             manifest = Manifest.decode(msgpack.unpackb(self.store.get(row["key"]), raw=False)["manifest"])
             keep.update(blob_key(d) for d, _ in (*manifest.model, *manifest.data))
         blobs = [k for k in self.store.keys(f"{PREFIX}blob:") if k not in keep]
+        claims = [k for k in self.store.keys(f"{PREFIX}claims:") if not self._claims_fresh(k, max_age_s)]
         if not dry_run:
-            for k in blobs:
+            for k in (*blobs, *claims):
                 self.store.delete(k)
-        return {"entries_dropped": dropped, "blobs_dropped": len(blobs), "entries_kept": kept}
+        return {"entries_dropped": dropped, "blobs_dropped": len(blobs), "entries_kept": kept,
+                "claims_dropped": len(claims)}
+
+    def _claims_fresh(self, key: str, max_age_s: float | None) -> bool:
+        """Whether a claims entry verifies and is younger than `max_age_s` (prune keeps only those)."""
+        try:
+            said = json.loads(self._verified(self.store.get(key) or b"")[0])
+            return max_age_s is None or float(said["created"]) >= time.time() - max_age_s
+        except (Refused, StoreError, ValueError, KeyError, TypeError):
+            return False

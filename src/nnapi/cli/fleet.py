@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
             report = fleet.prune(None if args.max_age_days is None else args.max_age_days * 86400, args.dry_run)
             print(json.dumps(report) if args.json else
                   f"{'would drop' if args.dry_run else 'dropped'} {report['entries_dropped']} entries and "
-                  f"{report['blobs_dropped']} blobs; {report['entries_kept']} entries kept")
+                  f"{report['blobs_dropped']} blobs and {report['claims_dropped']} claims; {report['entries_kept']} "
+                  "entries kept")
             return 0
         rows = fleet.entries()
     except (OSError, ValueError, StoreError) as e:

@@ -88,7 +88,7 @@ class DriverDevice(IDevice):
         self._claim_memo: Lru[list[bool]] = Lru(256)
         self._claim_store: ClaimMemo | None = None
         self._compile_ns_per_op: float | None = None  # the fastest compile seen per operation (LEARN_COMPILE_NS)
-        self._analysis: tuple[str, object] | None = None  # (model fingerprint, what `supported` left for compile)
+        self._analysis: tuple[bytes, object] | None = None  # (model fingerprint, what `supported` left for compile)
         self._analysis_lock = threading.Lock()
 
     #: `estimate_compile_ns` learns from the compiles seen: half the fastest per operation, times the
@@ -286,7 +286,7 @@ class DriverDevice(IDevice):
         mappable = mappable_constant_flags(model)  # M5: a constant whose handle cannot be mapped is unsupported
         return [f and ok for f, ok in zip(flags, mappable)]
 
-    def _claims(self, model: Model, deadline: int | None = None) -> tuple[list[bool], str | None]:
+    def _claims(self, model: Model, deadline: int | None = None) -> tuple[list[bool], bytes | None]:
         """(`supported` of a validated model, its content fingerprint): INVALID_ARGUMENT when it is not
         valid; remembered; a `Claims`' analysis is kept for the next `compile` of the same content. With
         a `deadline`, `supported` runs on a worker thread that is not waited for past it."""
@@ -299,8 +299,12 @@ class DriverDevice(IDevice):
             flags = self._claim_memo.get(key)
             if flags is None and self.REMEMBER_CLAIMS:
                 flags = self.claim_store.get(key)  # answered in an earlier process
-                if flags is not None and len(flags) == n:
-                    self._claim_memo.put(key, flags)
+            if flags is None and self.fleet is not None:
+                flags = self.fleet.claims(self.NAME, self.version, key.hex(), n)  # answered on a trusted host
+                if flags is not None and self.REMEMBER_CLAIMS:
+                    self.claim_store.put(key, flags)
+            if flags is not None and len(flags) == n:
+                self._claim_memo.put(key, flags)
             if flags is not None and len(flags) == n:
                 return list(flags), key
         validate_model(model)
@@ -322,12 +326,14 @@ class DriverDevice(IDevice):
             self._claim_memo.put(key, flags)
             if self.REMEMBER_CLAIMS:
                 self.claim_store.put(key, flags)
+            if self.fleet is not None:
+                self.fleet.publish_claims(self.NAME, self.version, key.hex(), flags)
             if isinstance(answer, Claims):  # one entry: it may reference the caller's constant memory
                 with self._analysis_lock:
                     self._analysis = (key, answer.analysis)
         return list(flags), key
 
-    def _take_analysis(self, key: str | None) -> object:
+    def _take_analysis(self, key: bytes | None) -> object:
         """What `supported` left for the model whose fingerprint is `key`, once (None: nothing)."""
         with self._analysis_lock:
             last, self._analysis = self._analysis, None
@@ -487,11 +493,10 @@ class DriverDevice(IDevice):
         except Refused as e:
             log.info("%s: no fleet artifact used: %s", self.NAME, e)
             return None, str(e)
-        try:
-            save_artifacts(handles, token, self.registry, self.CACHE_FILES, model_blobs, data_blobs, uid=job.uid)
-            verified = load_artifacts(handles, token, self.registry, self.CACHE_FILES, None, job.uid, job.deadline)
-            job.verified = verified.digest
-            prepared = self.load(verified.model_blobs, verified.data_blobs, job)
+        try:  # recorded and written first; then loaded from the very bytes the fleet's hashes verified
+            job.verified = save_artifacts(handles, token, self.registry, self.CACHE_FILES, model_blobs, data_blobs,
+                                          uid=job.uid)
+            prepared = self.load([memoryview(b) for b in model_blobs], [memoryview(b) for b in data_blobs], job)
         except NnError as e:
             if e.status in (ErrorStatus.MISSED_DEADLINE_TRANSIENT, ErrorStatus.MISSED_DEADLINE_PERSISTENT):
                 raise
