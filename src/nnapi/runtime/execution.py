@@ -6,11 +6,19 @@ non-BLOB hardware buffer whole), memory from a `MemoryDesc` as the driver-manage
 (or its fallback pool), only in its declared roles. Unknown output sizes come back in
 `OutputShape`s; a too-small output buffer gives OUTPUT_INSUFFICIENT_SIZE and `get_output_shape`
 tells the size needed. Sync, async, burst and fenced runs all go through the compilation's
-`ExecutionPlan.run` (`runtime.plan`), each with its step executor.
+`ExecutionPlan` (`runtime.plan`), each with its step executor.
+
+States, as NNAPI's: preparation (arguments and settings may be set) -> computation (one in flight) ->
+completed. A plain execution computes once. A reusable one (`set_reusable(True)`, NNAPI feature level
+5) computes again from the completed state, as often as the app likes: its arguments are checked and
+bound at the first computation (`ExecutionPlan.bind`: the requests of every static step built once)
+and cannot be set again (BAD_STATE); each later computation only runs the bound requests, reading the
+contents of the bound arrays and memory as they are then.
 """
 from __future__ import annotations
 
 import math
+import threading
 from typing import Sequence
 
 import numpy as np
@@ -24,12 +32,12 @@ from .burst import Burst
 from .deadlines import deadline_after, timeout_ns
 from .events import Event, FencedExecutor, wait_fences
 from .memory import Memory
-from .plan import MAX_RETRIES, PREPARED, Arg, Arguments, Compiled, ExecutionPlan, Io, StepExecutor
+from .plan import MAX_RETRIES, PREPARED, Arg, Arguments, BoundPlan, Compiled, ExecutionPlan, Io, StepExecutor
 from .values import exact_array
 
 
 class Execution:
-    """One run of a compilation. Arguments are set once; an execution runs once."""
+    """One run of a compilation (or, reusable, many: `set_reusable`). Arguments are set once."""
 
     def __init__(self, compilation: Compiled) -> None:
         plan = getattr(compilation, "plan", None)
@@ -44,15 +52,26 @@ class Execution:
         self._timeout_ns: int | None = None
         self._loop_timeout_ns = LOOP_TIMEOUT_DEFAULT_NS
         self._started = False
-        self._state = "preparation"  # -> "computing" -> "completed"
+        self._state = "preparation"  # -> "computing" -> "completed" (-> "computing" again when reusable)
+        self._reusable = False
+        self._bound: BoundPlan | None = None  # a reusable execution's arguments bound, at its first computation
+        #: The inputs in memory from a MemoryDesc, checked again at every computation: (index, from the memory's
+        #: dimensions, not the app's).
+        self._desc_inputs: list[tuple[int, bool]] = []
+        self._desc_outputs: list[int] = []  # the outputs in memory from a MemoryDesc
+        self._state_lock = threading.Lock()
         self._output_shapes: list[OutputShape] | None = None
         self._result: NnError | None = None
         self._timing = Timing()
 
     # --- binding --------------------------------------------------------------------------------
     def _check_settable(self, what: str) -> None:
+        """BAD_STATE outside the preparation state (a reusable execution's too: its arguments and settings are
+        fixed at its first computation)."""
         if self._started:
-            raise NnError(ResultCode.BAD_STATE, f"Execution.{what}: the execution has already started")
+            raise NnError(ResultCode.BAD_STATE, f"Execution.{what}: the execution has already started" + (
+                " (a reusable execution's arguments and settings are fixed at its first computation)"
+                if self._reusable else ""))
 
     def _io(self, io: str, index: int) -> Io:
         facts = self._in_facts if io == "input" else self._out_facts
@@ -199,6 +218,24 @@ class Execution:
         self._check_settable("set_timeout")
         self._timeout_ns = timeout_ns(seconds, "Execution.set_timeout")
 
+    def set_reusable(self, reusable: bool) -> None:
+        """Whether the execution may compute again once a computation is complete
+        (ANeuralNetworksExecution_setReusable; default False). Only in the preparation state, before the first
+        computation (BAD_STATE after). A reusable execution checks and binds its arguments at the first
+        computation; later ones run them as bound, with the current contents of the bound arrays and memory
+        (the arguments themselves cannot be set again). Its computations run one at a time: another while
+        one is in flight is BAD_STATE."""
+        if self._state != "preparation":
+            raise NnError(ResultCode.BAD_STATE, f"Execution.set_reusable: the execution is not in the preparation "
+                                                f"state (it is {self._state})")
+        if not isinstance(reusable, (bool, np.bool_)):
+            raise NnError(ResultCode.BAD_DATA, f"Execution.set_reusable: expected True or False, got {reusable!r}")
+        self._reusable = bool(reusable)
+
+    @property
+    def reusable(self) -> bool:
+        return self._reusable
+
     def set_loop_timeout(self, seconds: float) -> None:
         """Timeout of each WHILE loop; default 2 s, values above 15 s are clamped to 15 s."""
         self._check_settable("set_loop_timeout")
@@ -209,23 +246,22 @@ class Execution:
 
     # --- running ----------------------------------------------------------------------------------
     def compute(self, timeout: float | None = None) -> None:
-        """Run synchronously; raises NnError on failure. `timeout` (seconds) is `set_timeout` for this run."""
-        if timeout is not None:
-            self.set_timeout(timeout)
+        """Run synchronously; raises NnError on failure. `timeout` (seconds) is `set_timeout` for this run
+        (for a reusable execution: this computation's only)."""
+        run_timeout = self._run_timeout(timeout, "compute")
         self._start("compute")
-        self._finish(self._guarded_run())
+        self._finish(self._guarded_run(PREPARED, run_timeout))
         if self._result is not None:
             raise self._result
 
     def start_compute(self, timeout: float | None = None) -> Event:
         """Run asynchronously; the returned Event's `wait` reports the outcome (`timeout` as in `compute`)."""
-        if timeout is not None:
-            self.set_timeout(timeout)
+        run_timeout = self._run_timeout(timeout, "start_compute")
         self._start("start_compute")
         event = Event()
 
         def work() -> None:
-            self._finish(self._guarded_run())
+            self._finish(self._guarded_run(PREPARED, run_timeout))
             event.finish(self._result)
 
         # An app that exits with the execution in flight waits for it (`qos.threads`): a thread inside a
@@ -233,38 +269,71 @@ class Execution:
         threads.start(work, name="nnapi-execution")
         return event
 
+    def _run_timeout(self, timeout: float | None, what: str) -> int | None:
+        """The timeout (ns) of the computation about to start: `timeout` (seconds) when given (`set_timeout`
+        for a plain execution, as before; a reusable one's settings are fixed, so it is that computation's
+        only), else the one set."""
+        if timeout is None:
+            return self._timeout_ns
+        if not self._reusable:
+            self.set_timeout(timeout)
+            return self._timeout_ns
+        return timeout_ns(timeout, f"Execution.{what}")
+
     def _start(self, what: str) -> None:
-        if self._started:
-            raise NnError(ResultCode.BAD_STATE, f"Execution.{what}: the execution has already started")
+        """Into the computation state: the first computation checks every argument; a reusable execution's later
+        ones (from the completed state) only its inputs in memory from a MemoryDesc, whose content may have
+        changed. BAD_STATE for a plain execution that started already, or with a computation in flight."""
+        with self._state_lock:
+            if self._started and not self._reusable:
+                raise NnError(ResultCode.BAD_STATE, f"Execution.{what}: the execution has already started")
+            if self._state == "computing":
+                raise NnError(ResultCode.BAD_STATE, f"Execution.{what}: a computation of this reusable execution "
+                                                    "is in flight (one at a time)")
+            if not self._started:
+                self._check_arguments(what)
+            elif self._desc_inputs:
+                self._check_desc_inputs(what)
+            self._started = True
+            self._state = "computing"
+            self._output_shapes = None
+
+    def _check_arguments(self, what: str) -> None:
+        """Every argument set; inputs in memory from a MemoryDesc initialized (`_check_desc_inputs`)."""
         for io, slots in (("input", self._inputs), ("output", self._outputs)):
             for k, arg in enumerate(slots):
                 if arg is None:
                     raise NnError(ResultCode.BAD_DATA, f"Execution.{what}: {io} {k} is not set")
-        # Memory from a MemoryDesc as an input: initialized, with the dimensions last written.
-        for k, arg in enumerate(self._inputs):
-            validator = None if arg.memory is None else arg.memory.validator
-            if validator is None:
-                continue
-            operand = self._operand("input", k)
-            dims = arg.dims or (operand.dimensions if operand.is_fully_specified else ())
+        self._desc_inputs = [(k, not arg.dims and not self._in_facts[k].operand.is_fully_specified)
+                             for k, arg in enumerate(self._inputs)
+                             if arg.memory is not None and arg.memory.validator is not None]
+        self._desc_outputs = [k for k, arg in enumerate(self._outputs)
+                              if arg.memory is not None and arg.memory.validator is not None]
+        self._check_desc_inputs(what)
+
+    def _check_desc_inputs(self, what: str) -> None:
+        """Memory from a MemoryDesc as an input: initialized, with the dimensions last written (which an input of
+        unknown dimensions takes: a reusable execution binds again when they changed)."""
+        for k, from_memory in self._desc_inputs:
+            arg = self._inputs[k]
+            validator = arg.memory.validator
+            operand = self._in_facts[k].operand
+            dims = () if from_memory else arg.dims or (operand.dimensions if operand.is_fully_specified else ())
             problem = validator.check_input(dims)
             if problem:
                 raise NnError(ResultCode.OP_FAILED, f"Execution.{what}: input {k}: {problem}")
-            if not arg.dims and not operand.is_fully_specified:
-                arg.dims = validator.updated_dims
+            if from_memory and (not self._started or arg.dims != tuple(validator.updated_dims)):
+                arg.dims = tuple(validator.updated_dims)
                 if not arg.memory.is_device:
                     arg.length = operand.byte_size(arg.dims)
-        self._started = True
-        self._state = "computing"
+                self._bound = None
 
     def _finish(self, error: NnError | None) -> None:
         self._result = error
         # Memory from a MemoryDesc written as an output: initialized with the new dimensions on
         # success, uninitialized after a failure.
-        for k, arg in enumerate(self._outputs):
-            validator = None if arg.memory is None else arg.memory.validator
-            if validator is None:
-                continue
+        for k in self._desc_outputs:
+            validator = self._outputs[k].memory.validator
             if error is None:
                 shape = self._output_shapes[k] if self._output_shapes else None
                 validator.written(None if shape is None else shape.dimensions)
@@ -272,13 +341,20 @@ class Execution:
                 validator.set_initialized(False)
         self._state = "completed"
 
-    def _guarded_run(self, executor: StepExecutor = PREPARED) -> NnError | None:
-        """Run the plan through `executor` with this execution's arguments; the error, or None."""
-        arguments = Arguments(self._inputs, self._outputs, self._measure,
-                              deadline_after(self._timeout_ns),  # the same absolute deadline for every step
-                              self._loop_timeout_ns)
+    def _guarded_run(self, executor: StepExecutor, run_timeout_ns: int | None) -> NnError | None:
+        """Run the plan through `executor` with this execution's arguments (a reusable execution: its bound
+        plan, bound at the first computation) against `run_timeout_ns`; the error, or None."""
+        deadline = deadline_after(run_timeout_ns)  # the same absolute deadline for every step
         try:
-            outcome = self._plan.run(arguments, executor)
+            if self._reusable:
+                bound = self._bound
+                if bound is None:
+                    bound = self._bound = self._plan.bind(Arguments(self._inputs, self._outputs, self._measure,
+                                                                    None, self._loop_timeout_ns))
+                outcome = bound.run(executor, deadline)
+            else:
+                outcome = self._plan.run(Arguments(self._inputs, self._outputs, self._measure, deadline,
+                                                   self._loop_timeout_ns), executor)
         except NnError as e:
             if e.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and e.output_shapes:
                 self._output_shapes = e.output_shapes
@@ -351,13 +427,13 @@ class Execution:
             raise NnError(ResultCode.BAD_DATA, f"Execution.burst_compute: expected a Burst, got {type(burst).__name__}")
         if burst.compilation is not self.compilation:
             raise NnError(ResultCode.BAD_DATA, "Execution.burst_compute: the burst belongs to another compilation")
-        if timeout is not None:
-            self.set_timeout(timeout)
-        self._check_settable("burst_compute")
+        run_timeout = self._run_timeout(timeout, "burst_compute")
+        if self._started and not self._reusable:
+            raise NnError(ResultCode.BAD_STATE, "Execution.burst_compute: the execution has already started")
         burst.acquire()
         try:
             self._start("burst_compute")
-            self._finish(self._guarded_run(burst))
+            self._finish(self._guarded_run(burst, run_timeout))
         finally:
             burst.release()
         if self._result is not None:
@@ -393,12 +469,12 @@ class Execution:
         """The first step runs fenced on its driver when its outputs are fully specified (what fenced
         execution needs); otherwise the runtime waits on the fences itself, then runs the plan."""
         if self._plan.fenceable:
-            return self._guarded_run(FencedExecutor(fences, after_ns))
+            return self._guarded_run(FencedExecutor(fences, after_ns), self._timeout_ns)
         try:
             wait_fences(fences, deadline_after(self._timeout_ns))
         except NnError as e:
             return e
-        return self._guarded_run()
+        return self._guarded_run(PREPARED, self._timeout_ns)
 
 
 def _output_buffer(k: int, shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

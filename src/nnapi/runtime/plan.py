@@ -3,18 +3,21 @@
 The plan holds the steps (partitions, each on its device), what binding each input and output
 checks (`Io`), the routes of main-model operands to inputs, outputs and the values passed between
 steps, and, for a one-step plan, the direct request template (argument k in pool k; only the
-pools change per execution). Every execution runs through `run(arguments, executor)`: sync and
-async through `PREPARED` (each step's prepared model), bursts through the `Burst` (its driver
-bursts), fenced executions through a `FencedExecutor`. Temporaries between steps are in shared
+pools change per execution). Every execution runs through `run(arguments, executor)` (a reusable
+one through its `BoundPlan`, below): sync and async through `PREPARED` (each step's prepared
+model), bursts through the `Burst` (its driver bursts), fenced executions through a `FencedExecutor`. Temporaries between steps are in shared
 memory (ashmem), as Android's runtime passes them, so every driver maps them as any request memory.
 
-`arguments` is plain data (`Arguments`: the bound inputs and outputs, timing, deadline, loop
-timeout), so a reusable execution (issue 36) binds and validates once and runs the plan many times.
+`bind(arguments)` gives a `BoundPlan`: the temporaries placed and the request of every static step
+(one whose argument sizes the model fixes) built once; `BoundPlan.run(executor, deadline)` runs the
+steps, building only the other requests. A plain execution binds and runs once (`run`); a reusable
+execution (`Execution.set_reusable`) keeps its `BoundPlan` and runs it at every computation, and a
+session (`nnapi.load`) points one at each feed's arrays (`BoundPlan.rebind`) when the shapes repeat.
 """
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -29,6 +32,9 @@ from .partitioner import Step
 
 #: How many times a step runs again after a driver reports a temporary larger than was given.
 MAX_RETRIES = 4
+
+_NO_TIMING = Timing()
+_NO_SHAPE = OutputShape(())
 
 
 @dataclass(frozen=True)
@@ -146,14 +152,18 @@ class _SharedTemporaries:
         self.values[o].dims = dims
 
     def input(self, o: int) -> Arg:
-        """Value `o` as the input of a later step, of the dimensions it was written with."""
-        t = self.values[o]
+        """Value `o` as the input of a later step, of the dimensions it was written with (a value of a size the
+        model declares: placed, of those dimensions, before it is written)."""
+        t = self.values.get(o)
+        if t is None:
+            t = self.values[o] = self._place(o)
         return Arg(memory=t.memory, offset=t.offset, length=self._operands[o].byte_size(t.dims), dims=t.dims)
 
     def _place(self, o: int, nbytes: int | None = None) -> _Temporary:
         if nbytes is None and o in self._offsets:
             offset, size = self._offsets[o]
-            return _Temporary(self._region, offset, size)
+            operand = self._operands[o]
+            return _Temporary(self._region, offset, size, () if operand.type.is_scalar else tuple(operand.dimensions))
         size = max(int(nbytes or 1), 1)
         return _Temporary(Memory.ashmem(size), 0, size)
 
@@ -235,17 +245,16 @@ class ExecutionPlan:
         return _DirectTemplate(made[:len(self.inputs)], made[len(self.inputs):], arrays)
 
     # --- running --------------------------------------------------------------------------------------
+    def bind(self, arguments: Arguments) -> "BoundPlan":
+        """`arguments` bound to this plan: the temporaries placed and the request of every static step built
+        (`BoundPlan`); its `run` runs them, as often as a reusable execution computes (each run has its own
+        deadline: `arguments.deadline` is not used)."""
+        return BoundPlan(self, arguments)
+
     def run(self, arguments: Arguments, executor: StepExecutor = PREPARED) -> Outcome:
-        """Run every step in order through `executor`. OUTPUT_INSUFFICIENT_SIZE for a main output carries
-        the shape of every output (`NnError.output_shapes`); a temporary a driver needs larger is grown
-        and its step run again."""
-        shapes: list[OutputShape | None] = [None] * len(self.outputs)
-        shared = _SharedTemporaries(self.main.operands, self.boundary) if self.boundary else None
-        timing = Timing()
-        direct = self._direct_request(arguments)
-        for k, step in enumerate(self.steps):
-            timing = self._run_step(k, step, arguments, executor, shared, shapes, direct)
-        return Outcome([s if s is not None else OutputShape(()) for s in shapes], timing)
+        """Run every step in order through `executor`, once (`bind`, then `BoundPlan.run` against
+        `arguments.deadline`)."""
+        return BoundPlan(self, arguments).run(executor, arguments.deadline)
 
     def execute_arrays(self, inputs: Sequence[np.ndarray | None], deadline: int | None) -> list[np.ndarray] | None:
         """`Compilation.execute` where the direct template applies (numpy inputs of the operands' dtype and
@@ -265,6 +274,14 @@ class ExecutionPlan:
                       deadline, LOOP_TIMEOUT_DEFAULT_NS)
         return outs
 
+    def _static(self, step: Step) -> bool:
+        """Whether the places and sizes of all of `step`'s arguments follow from the bound arguments and the
+        model alone: every value it reads from an earlier step, and every temporary it writes, is of a size
+        the model declares (its request can be built before anything runs)."""
+        operands, main_in, main_out = self.main.operands, self.main_in, self.main_out
+        return all(o in main_in or operands[o].is_fully_specified for o in step.inputs) and all(
+            o in main_out or operands[o].is_fully_specified for o in step.outputs)
+
     def _direct_request(self, arguments: Arguments) -> Request | None:
         """The request of a one-step plan when every argument is a distinct numpy array of the operand's full
         size (the template's arguments, only the pools new); None: build it argument by argument."""
@@ -279,48 +296,11 @@ class ExecutionPlan:
             return None
         return Request(direct.inputs, direct.outputs, [MemoryPool(pointer=a.array) for a in args])
 
-    def _run_step(self, k: int, step: Step, arguments: Arguments, executor: StepExecutor,
-                  shared: _SharedTemporaries | None, shapes: list[OutputShape | None],
-                  direct: Request | None) -> Timing:
-        operands, main_out = self.main.operands, self.main_out
-        measure = MeasureTiming.YES if arguments.measure else MeasureTiming.NO
-        for attempt in range(MAX_RETRIES):
-            request = direct if direct is not None and attempt == 0 else self._step_request(
-                step, arguments, shared, shapes)
-            try:
-                out_shapes, timing = self._execute(k, step, request, executor, measure, arguments.deadline,
-                                                   arguments.loop_timeout_ns)
-            except NnError as e:
-                if e.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or not e.output_shapes:
-                    raise
-                grow = False
-                for o, s in zip(step.outputs, e.output_shapes):
-                    if o in main_out:
-                        shapes[main_out[o]] = s
-                    elif not s.is_sufficient:
-                        shared.grow(o, operands[o].byte_size(tuple(s.dimensions)))
-                        grow = True
-                if any(o in main_out and not s.is_sufficient for o, s in zip(step.outputs, e.output_shapes)):
-                    raise NnError(e.status, e.message, output_shapes=[
-                        s if s is not None else OutputShape(()) for s in shapes]) from None
-                if not grow:
-                    raise NnError(e.status, e.message) from None
-                continue
-            for j, o in enumerate(step.outputs):
-                if o in main_out and out_shapes and out_shapes[j].is_sufficient:
-                    shapes[main_out[o]] = out_shapes[j]
-                    continue
-                dims = out_shapes[j].dimensions if out_shapes else operands[o].dimensions
-                if o in main_out:
-                    shapes[main_out[o]] = OutputShape(tuple(dims), True)
-                else:
-                    shared.written(o, () if operands[o].type.is_scalar else tuple(dims))
-            return timing
-        raise NnError(ErrorStatus.GENERAL_FAILURE, "step outputs kept growing; giving up")
-
     def _step_request(self, step: Step, arguments: Arguments, shared: _SharedTemporaries | None,
-                      shapes: list[OutputShape | None]) -> Request:
-        """The request of one step, argument by argument (memory, temporaries between steps, omitted)."""
+                      shapes: Sequence[OutputShape | None] | None) -> Request:
+        """The request of one step, argument by argument (memory, temporaries between steps, omitted).
+        `shapes`: the main outputs' shapes reported so far this run; None for a static step (the ones it
+        reads are fully specified)."""
         operands, main_in, main_out = self.main.operands, self.main_in, self.main_out
         made = _Request()
         req_inputs = []
@@ -329,7 +309,7 @@ class ExecutionPlan:
                 req_inputs.append(made.argument(arguments.inputs[main_in[o]]))
             elif o in main_out:  # an output of an earlier step read by a later one
                 arg = arguments.outputs[main_out[o]]
-                shape = shapes[main_out[o]].dimensions
+                shape = tuple(operands[o].dimensions) if shapes is None else shapes[main_out[o]].dimensions
                 req_inputs.append(made.argument(Arg(arg.array, arg.memory, arg.offset,
                                                     operands[o].byte_size(shape), shape)))
             else:
@@ -360,3 +340,138 @@ class ExecutionPlan:
             if observer.done:  # (the record has what it needs: the step stops timing)
                 step.observer = None
         return result
+
+
+class BoundPlan:
+    """One execution's arguments bound to its plan (`ExecutionPlan.bind`). The values passed between steps
+    are placed once, and the request of every static step (`ExecutionPlan._static`: all of them unless a
+    size is known only when a driver reports it) is built once; `run` runs the steps through an executor,
+    building only the other requests, and can run again and again (a reusable execution): the requests
+    point at the bound arrays and memory in place, so each run reads their contents as they are then.
+    One run at a time (the temporaries are shared by the runs)."""
+
+    def __init__(self, plan: ExecutionPlan, arguments: Arguments) -> None:
+        self.plan = plan
+        self.arguments = arguments
+        self.measure = MeasureTiming.YES if arguments.measure else MeasureTiming.NO
+        self._shared = _SharedTemporaries(plan.main.operands, plan.boundary) if plan.boundary else None
+        direct = plan._direct_request(arguments)
+        #: One step, writing the model's outputs: it runs without routing values between steps.
+        self._whole = len(plan.steps) == 1 and plan.steps[0].outputs == list(plan.main.output_indexes)
+        #: Per step: its request, built once (None: built at each run, from the sizes reported).
+        self.requests: list[Request | None] = [direct] if direct is not None else [
+            plan._step_request(step, arguments, self._shared, None) if plan._static(step) else None
+            for step in plan.steps]
+
+    def run(self, executor: StepExecutor = PREPARED, deadline: int | None = None) -> Outcome:
+        """Run every step in order through `executor` against `deadline` (monotonic ns, None: none).
+        OUTPUT_INSUFFICIENT_SIZE for a main output carries the shape of every output
+        (`NnError.output_shapes`); a temporary a driver needs larger is grown and its step run again."""
+        plan = self.plan
+        shapes: list[OutputShape | None] = [None] * len(plan.outputs)
+        request = self.requests[0] if self._whole else None
+        if request is not None:  # (one step, its request built: nothing to route)
+            step = plan.steps[0]
+            try:
+                out_shapes, timing = plan._execute(0, step, request, executor, self.measure, deadline,
+                                                   self.arguments.loop_timeout_ns)
+            except NnError as e:
+                self._reported(step, e, shapes)  # (raises: one step has no temporary to grow)
+                raise
+            self._record(step, out_shapes, shapes)
+        else:
+            timing = _NO_TIMING
+            for k, step in enumerate(plan.steps):
+                timing = self._run_step(k, step, executor, deadline, shapes)
+        return Outcome([s if s is not None else _NO_SHAPE for s in shapes], timing)
+
+    def rebind(self, inputs: Sequence[np.ndarray | None], outputs: Sequence[np.ndarray]) -> bool:
+        """Point this binding at other numpy arrays, each of the dtype and shape of the array it replaces
+        (contiguous; outputs writable; all distinct where the bound ones were), as a session does with each
+        feed of a shape it has run before: the requests keep their arguments, only their pools change.
+        False, changing nothing, where an argument was not a distinct array or a new one differs."""
+        args = self.arguments
+        olds = [*args.inputs, *args.outputs]
+        news = [*inputs, *outputs]
+        if len(news) != len(olds):
+            return False
+        bound: list[Arg] = []
+        for j, (old, new) in enumerate(zip(olds, news)):
+            if old.omitted and new is None:
+                bound.append(old)
+                continue
+            array = old.array
+            if array is None or type(new) is not np.ndarray or new.dtype != array.dtype or new.shape != array.shape \
+                    or not new.flags.c_contiguous or (j >= len(args.inputs) and not new.flags.writeable):
+                return False
+            bound.append(old if new is array else Arg(array=new, dims=old.dims, length=old.length))
+        arrays = [a.array for a in olds if a.array is not None]
+        if len({id(a) for a in arrays}) != len(arrays) or len({id(a.array) for a in bound if a.array is not None}) \
+                != len(arrays):
+            return False
+        swap = {id(old.array): arg.array for old, arg in zip(olds, bound) if old.array is not None and
+                arg.array is not old.array}
+        if swap:
+            self.requests = [None if r is None else Request(r.inputs, r.outputs, [
+                MemoryPool(pointer=swap[id(p.pointer)]) if p.pointer is not None and id(p.pointer) in swap else p
+                for p in r.pools]) for r in self.requests]
+        n = len(args.inputs)
+        self.arguments = replace(args, inputs=bound[:n], outputs=bound[n:])
+        return True
+
+    def _run_step(self, k: int, step: Step, executor: StepExecutor, deadline: int | None,
+                  shapes: list[OutputShape | None]) -> Timing:
+        plan, arguments = self.plan, self.arguments
+        for attempt in range(MAX_RETRIES):
+            request = self.requests[k] or plan._step_request(step, arguments, self._shared, shapes)
+            try:
+                out_shapes, timing = plan._execute(k, step, request, executor, self.measure, deadline,
+                                                   arguments.loop_timeout_ns)
+            except NnError as e:
+                self._reported(step, e, shapes)
+                continue
+            self._record(step, out_shapes, shapes)
+            return timing
+        raise NnError(ErrorStatus.GENERAL_FAILURE, "step outputs kept growing; giving up")
+
+    def _reported(self, step: Step, e: NnError, shapes: list[OutputShape | None]) -> None:
+        """`step` failed with `e`: after OUTPUT_INSUFFICIENT_SIZE, the main outputs' shapes noted and the
+        temporaries it needs larger grown (then the step runs again); raises in every other case (with
+        every output's shape when a main output was too small)."""
+        if e.status != ErrorStatus.OUTPUT_INSUFFICIENT_SIZE or not e.output_shapes:
+            raise e
+        operands, main_out = self.plan.main.operands, self.plan.main_out
+        grow = False
+        for o, s in zip(step.outputs, e.output_shapes):
+            if o in main_out:
+                shapes[main_out[o]] = s
+            elif not s.is_sufficient:
+                self._shared.grow(o, operands[o].byte_size(tuple(s.dimensions)))
+                self._forget(o)
+                grow = True
+        if any(o in main_out and not s.is_sufficient for o, s in zip(step.outputs, e.output_shapes)):
+            raise NnError(e.status, e.message, output_shapes=[
+                s if s is not None else OutputShape(()) for s in shapes]) from None
+        if not grow:
+            raise NnError(e.status, e.message) from None
+
+    def _record(self, step: Step, out_shapes: Sequence[OutputShape], shapes: list[OutputShape | None]) -> None:
+        """What `step` reported: its main outputs' shapes into `shapes`, its temporaries' dimensions noted
+        (the operands' own when it reported none)."""
+        operands, main_out = self.plan.main.operands, self.plan.main_out
+        for j, o in enumerate(step.outputs):
+            if o in main_out and out_shapes and out_shapes[j].is_sufficient:
+                shapes[main_out[o]] = out_shapes[j]
+                continue
+            dims = out_shapes[j].dimensions if out_shapes else operands[o].dimensions
+            if o in main_out:
+                shapes[main_out[o]] = OutputShape(tuple(dims), True)
+            else:
+                self._shared.written(o, () if operands[o].type.is_scalar else tuple(dims))
+
+    def _forget(self, o: int) -> None:
+        """Temporary `o` moved (grown): the requests built once that point at its old place are built at
+        each run from now on."""
+        for j, step in enumerate(self.plan.steps):
+            if o in step.inputs or o in step.outputs:
+                self.requests[j] = None
