@@ -1,4 +1,5 @@
-"""Reusable executions (issue 36, item 1; ANeuralNetworksExecution_setReusable, NNAPI feature level 5).
+"""Reusable executions (issue 36, item 1; ANeuralNetworksExecution_setReusable, NNAPI feature level 5) and
+sessions that reuse a request when the shapes of their feeds repeat.
 
 A reusable execution is computed again and again with new contents in the arrays and memory it is bound
 to; every computation must give what a fresh execution gives on those contents (in-process drivers,
@@ -39,10 +40,13 @@ def _feeds(n: int, k: int) -> list[np.ndarray]:
 
 @pytest.fixture
 def split(android_partitioning, monkeypatch):
-    """Partition by the devices' reported performance alone, as Android does: no boundary weighed, and no
-    latency measured by an earlier test of the same model (that would keep it whole on one device)."""
+    """Partition by the devices' reported performance alone, as Android does: no boundary weighed, no
+    latency measured by an earlier test of the same model (that would keep it whole on one device), and the
+    compiling drivers' float ratio pinned (not how busy the machine was during their calibration)."""
     from nnapi.runtime import latency
     monkeypatch.setattr(latency, "measured", lambda model, devices: {})
+    monkeypatch.setenv("NNAPI_XLA_PERFORMANCE", "0.1")
+    monkeypatch.setenv("NNAPI_OPENVINO_PERFORMANCE", "0.1")
 
 
 def _reusable(c: nnapi.Compilation, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> nnapi.Execution:
@@ -316,3 +320,89 @@ def test_a_served_driver_computes_a_reusable_execution_on_new_contents(services_
             mem.array(np.float32, (n,))[:] = b
             (e.compute if k % 2 else lambda: e.burst_compute(burst))()
             np.testing.assert_array_equal(out, np.maximum(a + b + np.arange(n, dtype=np.float32), 0))
+
+
+# --- sessions ------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_session_gives_a_plain_runs_results_on_repeated_shapes(device):
+    _installed(device)
+    session = nnapi.load(add_relu_model(), devices=device)
+    for k in range(RUNS):
+        a, b = _feeds(4, k)
+        feed = {"input_0": a, "input_1": b} if k % 2 else [a, b]
+        out = session.run(feed)
+        (expected,) = _fresh(session.compilation, [a, b])
+        np.testing.assert_array_equal(out["output_0"], expected)
+        assert out["output_0"] is not session.run(feed)["output_0"]  # fresh arrays every run
+    with pytest.raises(nnapi.NnError, match="expects float32"):
+        session.run({"input_0": a.astype(np.float64), "input_1": b})   # a known form, another dtype: checked
+
+
+def test_a_session_learns_output_sizes_and_runs_a_partitioned_model_once_per_feed(split):
+    """The output's size comes from the run (RESHAPE by a shape input): the first feed computes twice (once to
+    learn the size), later ones of those shapes once; a feed whose output needs another shape still gets it."""
+    session = nnapi.load(_reshape_model(), devices=["xla", "reference"] if "xla" in [
+        d.name for d in nnapi.devices()] else ["reference"])
+    calls = _counting(session.compilation)
+    steps = len(session.compilation.steps)
+    a = np.arange(4, dtype=np.float32)
+    for k, dims in enumerate([(2, 2), (2, 2), (4, 1), (1, 4), (2, 2)]):
+        before = len(calls)
+        out = session.run([a + k, a, np.array(dims, np.int32)])["output_0"]
+        assert out.shape == dims
+        np.testing.assert_array_equal(out, (2 * a + k).reshape(dims))
+        assert len(calls) - before == (2 * steps if k == 0 else steps)
+
+
+def test_a_session_binds_again_when_shapes_change():
+    m = nnapi.Model()
+    a = m.add_operand(T.TENSOR_FLOAT32, (0,))    # any length
+    out = m.add_operand(T.TENSOR_FLOAT32, (0,))
+    m.add_operation(Op.RELU, [a], [out])
+    m.identify_inputs_and_outputs([a], [out])
+    m.finish()
+    session = nnapi.load(m, devices="reference")
+    for n in (3, 3, 5, 3, 1, 5):
+        x = np.linspace(-1, 1, n).astype(np.float32)
+        out = session.run(x)["output_0"]
+        assert out.shape == (n,)
+        np.testing.assert_array_equal(out, np.maximum(x, 0))
+
+
+def test_a_session_follows_output_sizes_that_change_with_the_contents():
+    """SLICE of a length given at run time: a longer output than last time is run again at its size (and
+    learnt), a shorter one cut from the buffer; the driver computes twice only when the size grew."""
+    m = nnapi.Model()
+    a = m.add_operand(T.TENSOR_FLOAT32, (8,))
+    begin = m.add_operand(T.TENSOR_INT32, (1,))
+    size = m.add_operand(T.TENSOR_INT32, (1,))
+    out = m.add_operand(T.TENSOR_FLOAT32, (0,))
+    m.add_operation(Op.SLICE, [a, begin, size], [out])
+    m.identify_inputs_and_outputs([a, begin, size], [out])
+    m.finish()
+    session = nnapi.load(m, devices="reference")
+    calls = _counting(session.compilation)
+    x = np.linspace(-4, 4, 8).astype(np.float32)
+    learnt = 0
+    for n in (2, 2, 5, 3, 8, 1, 8):
+        before = len(calls)
+        y = session.run([x, np.array([8 - n], np.int32), np.array([n], np.int32)])["output_0"]
+        np.testing.assert_array_equal(y, x[8 - n:])
+        grew = n > learnt
+        assert len(calls) - before == (2 if grew else 1)
+        learnt = n if grew else learnt
+
+
+def test_a_session_run_from_several_threads_at_once_gives_each_its_own_results():
+    """Runs of one signature take turns on its binding; one that finds it busy runs as a plain run does."""
+    import concurrent.futures
+    session = nnapi.load(_reshape_model(), devices="reference")
+    a = np.arange(4, dtype=np.float32)
+
+    def one(k: int) -> bool:
+        dims = [(2, 2), (4, 1), (1, 4)][k % 3]
+        out = session.run([a + k, a, np.array(dims, np.int32)])["output_0"]
+        return out.shape == dims and np.array_equal(out, (2 * a + k).reshape(dims))
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(one, range(60)))

@@ -13,6 +13,11 @@ Inputs are checked exactly against the model: an unknown or missing name, a wron
 is an `NnError(BAD_DATA)` naming the input, what it expects and what it was given. Conversions
 (another dtype, sizes of 1 added or dropped, floats quantized with the input's scale and zero
 point) happen only with `run(..., cast=True)`, and `prepare` says which it made.
+
+Feeds that repeat are checked and bound once: a feed given the same way as one before (the same dict
+keys in the same order, or a list of the inputs) whose values are numpy arrays of the dtypes and
+shapes already accepted skips the checks above, and the compilation's request for arrays of those
+shapes is reused (`runtime.feeds.FeedRunner`); the results are the same as a first run's.
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ from .hal import ExecutionPreference, NnError, Priority, ResultCode
 from .importers import ImportedModel, TensorInfo, load_tflite
 from .ops import numpy_dtype
 from .runtime import Compilation, Device, Event, Execution, Model, model_token
+from .runtime.feeds import FeedRunner
 
 __all__ = ["CompiledModel", "Outputs", "TensorInfo", "check_inputs", "describe", "load"]
 
@@ -120,10 +126,16 @@ class Outputs(dict):
     output's signature name ("output_0", "probs") and its position `output_0`, `output_1`, ...; an
     unknown name is a `KeyError` listing the accepted ones."""
 
-    def __init__(self, infos: Sequence[TensorInfo], values: Sequence[np.ndarray]) -> None:
-        super().__init__((info.name, value) for info, value in zip(infos, values))
-        self._infos = list(infos)
-        self._named = _names(self._infos, "output")
+    __slots__ = ("_infos", "_named")
+
+    def __init__(self, infos: Sequence[TensorInfo], values: Sequence[np.ndarray],
+                 naming: tuple[list[str], dict[str, list[int]]] | None = None) -> None:
+        """`naming`: the tensor names and `_names` of `infos`, when worked out already (a session's)."""
+        self._infos = infos if type(infos) is list else list(infos)
+        if naming is None:
+            naming = [info.name for info in self._infos], _names(self._infos, "output")
+        super().__init__(zip(naming[0], values))
+        self._named = naming[1]
 
     def _resolve(self, key: Any) -> Any:
         if dict.__contains__(self, key) or not isinstance(key, str) or key not in self._named:
@@ -176,6 +188,9 @@ class CompiledModel:
         self.compilation = compilation
         self.imported = imported
         self.inputs, self.outputs = describe(imported if imported is not None else model)
+        self._output_names = [o.name for o in self.outputs], _names(self.outputs, "output")
+        self._feeds = _FeedForms(self.inputs)
+        self._runner = FeedRunner(compilation)
 
     @property
     def input_names(self) -> list[str]:
@@ -217,9 +232,12 @@ class CompiledModel:
         signature names and `output_N`). `inputs`: {name: array}, a name being an input's tensor name,
         signature name or `input_N` (or a list or tuple in input order; a bare array for a one-input
         model). `timeout`: seconds for this run (None or 0: none)."""
-        arrays, _ = self.prepare(inputs, cast=cast)
-        # (the compilation's direct path when the arrays fit its request template, else an Execution)
-        return Outputs(self.outputs, self.compilation.execute(arrays, timeout=timeout))
+        arrays = self._feeds.match(inputs)  # (a feed like one accepted before: no checks again)
+        if arrays is None:
+            arrays, _ = self.prepare(inputs, cast=cast)
+            self._feeds.accepted(inputs)
+        # (the request made for arrays of these shapes, when the compilation has one: `FeedRunner`)
+        return Outputs(self.outputs, self._runner.run(arrays, timeout=timeout), self._output_names)
 
     def run_batch(self, feeds: Iterable[Mapping[str, Any] | Sequence[Any] | np.ndarray], *, cast: bool = False,
                   timeout: float | None = None, in_flight: int = IN_FLIGHT) -> list[Outputs]:
@@ -287,13 +305,70 @@ class CompiledModel:
             if event is not None:
                 try:
                     event.wait()
-                    return Outputs(self.outputs, buffers)
+                    return Outputs(self.outputs, buffers, self._output_names)
                 except NnError as e:
                     if e.code != ResultCode.OUTPUT_INSUFFICIENT_SIZE:
                         raise
-            return Outputs(self.outputs, self.compilation.execute(arrays, timeout=timeout))
+            return Outputs(self.outputs, self._runner.run(arrays, timeout=timeout), self._output_names)
         except NnError as e:
             raise _at_feed(index, e) from None
+
+
+class _FeedForms:
+    """The ways a session's feeds came that were accepted, so one that comes again the same way is not
+    checked again (`CompiledModel.run`): per form (a dict's keys in their order; a list or tuple; a bare
+    array) the value of each input, and per input the last shape accepted. A feed matches when it has a
+    known form and each value is None or a numpy array (not a subclass) of the input's dtype, of the shape
+    last accepted or one that fits: exactly what `check_inputs` passes through unconverted."""
+
+    def __init__(self, infos: list[TensorInfo]) -> None:
+        self._infos = infos
+        self._dtypes = [np.dtype(i.dtype) for i in infos]
+        self._shapes: list[tuple | None] = [None] * len(infos)
+        self._keys: dict[tuple, list[Any]] = {}  # a dict's keys -> the key of each input (16 forms at most)
+        self._sequence = False  # a list or tuple in input order came
+        self._array = False  # a bare array (one input) came
+
+    def match(self, inputs: Any) -> list[np.ndarray | None] | None:
+        """The values in input order when `inputs` matches (see the class doc), else None."""
+        kind = type(inputs)
+        if kind is dict:
+            keys = self._keys.get(tuple(inputs))
+            if keys is None:
+                return None
+            values = [inputs[k] for k in keys]
+        elif kind is list or kind is tuple:
+            if not self._sequence or len(inputs) != len(self._infos):
+                return None
+            values = list(inputs)
+        elif kind is np.ndarray and self._array:
+            values = [inputs]
+        else:
+            return None
+        dtypes = self._dtypes
+        for k, v in enumerate(values):
+            if v is None:
+                continue
+            if type(v) is not np.ndarray or (v.dtype is not dtypes[k] and v.dtype != dtypes[k]):
+                return None
+            if v.shape != self._shapes[k]:
+                if not _shape_fits(v.shape, self._infos[k].shape):
+                    return None
+                self._shapes[k] = v.shape
+        return values
+
+    def accepted(self, inputs: Any) -> None:
+        """`inputs` passed `check_inputs`: remember its form (which input each dict key gives)."""
+        kind = type(inputs)
+        if kind is dict:
+            if len(self._keys) < 16:
+                named = _names(self._infos, "input")
+                order = {named[key][0]: key for key in inputs}
+                self._keys[tuple(inputs)] = [order.get(k) for k in range(len(self._infos))]
+        elif kind is np.ndarray:
+            self._array = len(self._infos) == 1
+        elif kind is list or kind is tuple:
+            self._sequence = True
 
 
 def _at_feed(index: int, error: NnError) -> NnError:

@@ -1,0 +1,169 @@
+"""`FeedRunner`: one compilation run on numpy feeds one after another, as `nnapi.load` sessions run it.
+
+A one-step plan whose arguments are all of sizes the model declares already runs every feed through
+a request built once (the plan's direct template: `Compilation.execute`, only the pools new). Any
+other plan (partitioned, outputs sized by the run, inputs of unknown dimensions) runs the first feed
+of each signature (each input's shape, the dtypes being the model's) as `Compilation.execute` does,
+then binds the plan to arrays of that signature (`ExecutionPlan.bind`: the requests of every static
+step built once, the temporaries between steps placed once) and keeps the binding: every later feed
+of the signature points it at its arrays and at fresh output buffers sized from the shapes the last
+run reported (`BoundPlan.rebind`). No Execution object, no argument checks again, no output grown
+again (a plain run of such a model computes twice: once to learn an output's size).
+
+Results are `Compilation.execute`'s: fresh arrays of the shapes the drivers report. A feed whose
+outputs turn out larger than last time runs again at the sizes reported, which the binding keeps.
+Runs of one signature take turns on its binding; one that finds it busy (another thread) runs as
+`Compilation.execute` does.
+"""
+from __future__ import annotations
+
+import math
+import threading
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from ..hal import ErrorStatus, LOOP_TIMEOUT_DEFAULT_NS, NnError
+from .deadlines import deadline_after, timeout_ns
+from .plan import MAX_RETRIES, PREPARED, Arg, Arguments, BoundPlan, ExecutionPlan
+
+#: Signatures whose bindings a runner keeps (the oldest goes first).
+MAX_SIGNATURES = 8
+
+
+class Executes(Protocol):
+    """What a runner runs: a finished compilation (`Compilation`)."""
+
+    @property
+    def plan(self) -> ExecutionPlan | None: ...
+
+    def execute(self, inputs: Sequence[np.ndarray | None], timeout: float | None = None) -> list[np.ndarray]: ...
+
+
+class _Binding:
+    """A plan bound to arrays of one signature, the output buffers' shapes and dtypes, and whose turn it is."""
+
+    def __init__(self, bound: BoundPlan, buffers: list[tuple[tuple[int, ...], np.dtype]]) -> None:
+        self.bound = bound
+        self.buffers = buffers
+        self.lock = threading.Lock()
+
+
+class FeedRunner:
+    """Runs `compilation` on one feed after another (see the module doc)."""
+
+    def __init__(self, compilation: Executes) -> None:
+        self.compilation = compilation
+        self._bindings: dict[tuple, _Binding] = {}
+        self._lock = threading.Lock()
+
+    def run(self, inputs: Sequence[np.ndarray | None], timeout: float | None = None) -> list[np.ndarray]:
+        """The outputs of one feed (numpy arrays in input order, None for an omitted input), as
+        `Compilation.execute(inputs, timeout)` gives them."""
+        plan = self.compilation.plan
+        if plan is None or (plan.direct is not None and plan.direct.arrays):  # (its template is the binding)
+            return self.compilation.execute(inputs, timeout=timeout)
+        key = _signature(plan, inputs)
+        binding = None if key is None else self._bindings.get(key)
+        if binding is None:
+            outputs = self.compilation.execute(inputs, timeout=timeout)
+            if key is not None:
+                self._learn(plan, key, inputs, [out.shape for out in outputs], None)
+            return outputs
+        for _ in range(MAX_RETRIES):  # (then again at the sizes a too-small output reported)
+            if not binding.lock.acquire(blocking=False):
+                break
+            try:
+                outcome = self._run_bound(binding, inputs, timeout)
+            finally:
+                binding.lock.release()
+            if type(outcome) is list:
+                return outcome
+            if outcome is None:
+                break
+            binding = self._learn(plan, key, inputs, outcome.shapes, binding)
+            if binding is None:
+                break
+        return self.compilation.execute(inputs, timeout=timeout)
+
+    def _run_bound(self, binding: _Binding, inputs: Sequence[np.ndarray | None],
+                   timeout: float | None) -> "list[np.ndarray] | _Grew | None":
+        """The outputs through `binding`; else `_Grew` (an output was too small: the shapes reported) or None
+        (arrays the binding cannot take: the feed runs as `Compilation.execute` runs it)."""
+        buffers = [np.zeros(shape, dtype) for shape, dtype in binding.buffers]
+        if not binding.bound.rebind(inputs, buffers):
+            return None
+        deadline = deadline_after(timeout_ns(timeout, "Execution.set_timeout")) if timeout else None
+        try:
+            outcome = binding.bound.run(PREPARED, deadline)
+        except NnError as e:
+            if e.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and e.output_shapes:
+                return _Grew([tuple(s.dimensions) for s in e.output_shapes])
+            raise
+        except Exception as e:  # never let a runtime or driver bug escape as anything but NnError
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"execution failed: {type(e).__name__}: {e}") from None
+        results = []
+        for buf, shape in zip(buffers, outcome.output_shapes):
+            dims = tuple(shape.dimensions)
+            if buf.shape == dims:
+                results.append(buf)
+            else:  # (as `Execution.run`: the reported shape out of a buffer sized last time)
+                count = math.prod(dims)
+                results.append(buf.reshape(dims) if buf.size == count else
+                               (buf[:count].reshape(dims) if dims else buf[:1].reshape(())))
+        return results
+
+    def _learn(self, plan: ExecutionPlan, key: tuple, inputs: Sequence[np.ndarray | None],
+               shapes: Sequence[Sequence[int]], last: _Binding | None) -> _Binding | None:
+        """Bind the plan to this feed's signature, each output of unknown size in a buffer of its shape in
+        `shapes` (at least as large as in `last`), and keep it; None where it cannot be bound (two inputs
+        are one array, or the plan refuses the arguments): such feeds run as `Compilation.execute` runs them."""
+        arrays = [x for x in inputs if x is not None]
+        if len({id(x) for x in arrays}) != len(arrays):
+            return None
+        ins = [Arg(omitted=True) if x is None else
+               Arg(array=x, dims=io.dims if io.dims is not None else (() if io.scalar else tuple(x.shape)),
+                   length=x.nbytes) for x, io in zip(inputs, plan.inputs)]
+        buffers: list[tuple[tuple[int, ...], np.dtype]] = []
+        outs = []
+        for k, (shape, io) in enumerate(zip(shapes, plan.outputs)):
+            if io.dims is None:
+                count = max(math.prod(shape), 1, last.buffers[k][0][0] if last is not None else 1)
+                shape = (count,)
+            else:
+                shape = io.dims
+            buf = np.zeros(shape, io.dtype)
+            buffers.append((shape, io.dtype))
+            outs.append(Arg(array=buf, dims=io.dims if io.dims is not None else (), length=buf.nbytes))
+        try:
+            binding = _Binding(plan.bind(Arguments(ins, outs, False, None, LOOP_TIMEOUT_DEFAULT_NS)), buffers)
+        except NnError:
+            return None
+        with self._lock:
+            if len(self._bindings) >= MAX_SIGNATURES and key not in self._bindings:
+                self._bindings.pop(next(iter(self._bindings)))
+            self._bindings[key] = binding
+        return binding
+
+
+class _Grew:
+    """`FeedRunner._run_bound`: an output was too small; the shape of every output, as reported."""
+
+    def __init__(self, shapes: list[tuple[int, ...]]) -> None:
+        self.shapes = shapes
+
+
+def _signature(plan: ExecutionPlan | None, inputs: Sequence[np.ndarray | None]) -> tuple | None:
+    """Each input's shape (None: omitted) when every input is a contiguous numpy array of the model's dtype
+    or None; None otherwise (such a feed runs as `Compilation.execute` runs it)."""
+    if plan is None or len(inputs) != len(plan.inputs):
+        return None
+    key = []
+    for x, io in zip(inputs, plan.inputs):
+        if x is None:
+            key.append(None)
+        elif type(x) is np.ndarray and x.dtype == io.dtype and x.flags.c_contiguous:
+            key.append(x.shape)
+        else:
+            return None
+    return tuple(key)
