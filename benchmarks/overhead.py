@@ -4,14 +4,24 @@ One ADD of 4 floats, in-process, numpy arguments, on each installed device; meas
 one run (rounds interleaved across devices and layers), medians in microseconds:
 
 - execute:   `Compilation.execute([x, y])`, the app's call;
+- reusable:  `Execution.compute()` of a reusable execution (`set_reusable(True)`) bound to x, y and an output
+             once: its request made at the first computation, each later one only runs it;
+- session:   `nnapi.load(model).run({"input_0": x, "input_1": y})`, the same shapes every run (the feed
+             checked once, its request reused);
 - driver:    the driver's `IPreparedModel.execute_synchronously` on a request made once (the HAL call);
 - kernel:    the device's own library doing the same ADD: numpy's add (reference), the compiled XLA
              executable and its result read back (xla), an OpenVINO infer request over the same arrays (openvino).
 
-Where the time goes: runtime = execute - driver (binding the app's arrays, the request, output
-buffers); in the driver, validation (the request checked against the model) and scheduling (QoS
-admission and a slot: `Scheduler.submit(...).run`) are measured alone, and the rest is binding, the
-driver's own run around its kernel, and writing the outputs back. Goal: execute <= kernel + 50 us.
+Where the time goes (second table): the driver's HAL call less the kernel, split into validation
+(the request checked against the model) and scheduling (QoS admission and a slot:
+`Scheduler.submit(...).run`), each measured alone, and the rest: binding, the driver's own run around
+its kernel, writing the outputs back. Each path less that driver call is the runtime's share plus
+what the driver spends on arrays it has not seen (execute's fresh output buffer) and cache effects
+of the longer path. "runtime alone" times the three paths over a prepared model that does nothing
+(`NoDriver`): the runtime's own cost, which no driver's noise hides (execute: the arrays checked, the
+pools, the output buffer and the request; reusable: the state, the deadline and the bound request
+handed on; session: execute's plus the feed's form checked and the outputs named).
+Goals: execute <= kernel + 50 us; a reusable execution <= kernel + 15 us (issue 36).
 
 usage: python benchmarks/overhead.py [--devices reference,xla,openvino] [--runs N] [--rounds N]
 The last line printed is one JSON object holding every figure. On a shared, noisy machine the figures
@@ -30,12 +40,14 @@ import numpy as np
 
 import nnapi
 from nnapi import OperandType as T, OperationType as Op
-from nnapi.hal import (DataLocation, ExecutionPreference, MeasureTiming, MemoryPool, Priority, Request,
-                       RequestArgument)
+from nnapi.hal import (DataLocation, ExecutionPreference, MeasureTiming, MemoryPool, OutputShape, Priority,
+                       Request, RequestArgument, Timing)
 from nnapi.qos import Scheduler
 from nnapi.validation import RequestChecker
 
 GOAL_US = 50.0
+#: The goal of a reusable execution's computation above the kernel (issue 36).
+GOAL_REUSABLE_US = 15.0
 
 
 def tiny_model() -> nnapi.Model:
@@ -73,9 +85,21 @@ def kernel(device: str, x: np.ndarray, y: np.ndarray) -> Callable[[], object]:
     return lambda: np.add(x, y)
 
 
+def _paths(compilation: nnapi.Compilation, session: "nnapi.session.CompiledModel", x: np.ndarray,
+           y: np.ndarray) -> dict[str, Callable[[], object]]:
+    """The app's three paths over one compilation and one session: execute, a reusable execution, run."""
+    reusable = nnapi.Execution(compilation)
+    reusable.set_reusable(True)
+    reusable.set_input(0, x)
+    reusable.set_input(1, y)
+    reusable.set_output(0, np.zeros(4, np.float32))
+    feed = {session.input_names[0]: x, session.input_names[1]: y}
+    return {"execute": lambda: compilation.execute([x, y]), "reusable": reusable.compute,
+            "session": lambda: session.run(feed)}
+
+
 def layers(device: nnapi.Device, model: nnapi.Model, x: np.ndarray, y: np.ndarray) -> dict[str, Callable[[], object]]:
     """The calls measured for one device, each made ready once."""
-    compilation = nnapi.Compilation(model, devices=[device.name]).finish()
     hal_model = model.to_hal()
     prepared = device.driver.prepare_model(hal_model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM,
                                            None, None, None)
@@ -86,12 +110,33 @@ def layers(device: nnapi.Device, model: nnapi.Model, x: np.ndarray, y: np.ndarra
     check = RequestChecker(hal_model)
     scheduler = Scheduler(name="bench")
     return {
-        "execute": lambda: compilation.execute([x, y]),
+        **_paths(nnapi.Compilation(model, devices=[device.name]).finish(), nnapi.load(model, devices=device.name),
+                 x, y),
         "driver": lambda: prepared.execute_synchronously(request, MeasureTiming.NO, None, None),
         "validation": lambda: check(request),
         "scheduling": lambda: scheduler.submit(label="bench").run(lambda: None),
         "kernel": kernel(device.name, x, y),
     }
+
+
+class NoDriver:
+    """A prepared model that does nothing (it reports the outputs' shapes): the three paths over it time
+    the runtime alone, whatever a driver costs and however noisy the machine is."""
+
+    def __init__(self, shapes: list[OutputShape]) -> None:
+        self.result = (shapes, Timing())
+
+    def execute_synchronously(self, request, measure, deadline, loop_timeout_ns, **_) -> tuple:
+        return self.result
+
+
+def runtime_alone(model: nnapi.Model, x: np.ndarray, y: np.ndarray) -> dict[str, Callable[[], object]]:
+    """The three paths on the reference device with its prepared model replaced by `NoDriver`."""
+    compilation = nnapi.Compilation(model, devices=["reference"]).finish()
+    session = nnapi.load(model, devices="reference")
+    for step in (*compilation.steps, *session.compilation.steps):
+        step.prepared, step.observer = NoDriver([OutputShape((4,))]), None
+    return _paths(compilation, session, x, y)
 
 
 def main() -> None:
@@ -105,6 +150,7 @@ def main() -> None:
     model = tiny_model()
     x, y = np.ones(4, np.float32), np.full(4, 2, np.float32)
     calls = {name: layers(installed[name], model, x, y) for name in wanted}
+    calls[ALONE] = runtime_alone(model, x, y)
     times: dict[str, dict[str, list[int]]] = {n: {k: [] for k in c} for n, c in calls.items()}
     per_round = max(1, args.runs // args.rounds)
     for name, layer in calls.items():  # warm up every path first
@@ -119,21 +165,63 @@ def main() -> None:
                     start = time.perf_counter_ns()
                     fn()
                     samples.append(time.perf_counter_ns() - start)
+    med = {n: {k: statistics.median(v) / 1000 for k, v in t.items()} for n, t in times.items()}
+    alone = {k: round(v, 1) for k, v in med.pop(ALONE).items()}
     figures: dict[str, dict[str, float]] = {}
-    print(f"tiny ADD of 4 floats, in-process, {per_round * args.rounds} calls per layer, medians in us "
-          f"({platform.machine()}, {platform.python_version()})")
-    print(f"{'device':<10}{'execute':>9}{'kernel':>8}{'above':>8}{'runtime':>9}{'validation':>12}"
-          f"{'scheduling':>12}{'bind+run':>10}  goal: above <= {GOAL_US:g}")
     for name in wanted:
-        med = {k: statistics.median(v) / 1000 for k, v in times[name].items()}
-        f = {**med, "above_kernel": med["execute"] - med["kernel"], "runtime": med["execute"] - med["driver"],
-             "binding_and_run": med["driver"] - med["validation"] - med["scheduling"] - med["kernel"]}
+        m = med[name]
+        f = {**m, **{f"above_kernel{SUFFIX[p]}": m[p] - m["kernel"] for p in PATHS},
+             **{f"runtime{SUFFIX[p]}": m[p] - m["driver"] for p in PATHS},
+             "driver_above_kernel": m["driver"] - m["kernel"],
+             "binding_and_run": m["driver"] - m["validation"] - m["scheduling"] - m["kernel"]}
         figures[name] = {k: round(v, 1) for k, v in f.items()}
-        print(f"{name:<10}{f['execute']:>9.1f}{f['kernel']:>8.1f}{f['above_kernel']:>8.1f}{f['runtime']:>9.1f}"
-              f"{f['validation']:>12.1f}{f['scheduling']:>12.1f}{f['binding_and_run']:>10.1f}  "
-              f"{'met' if f['above_kernel'] <= GOAL_US else 'NOT met'}")
+    print(f"tiny ADD of 4 floats, in-process, {per_round * args.rounds} calls per layer, medians in us "
+          f"({platform.machine()}, {platform.python_version()}, {cpu_name()})")
+    table("above the kernel", ["kernel", "execute", "reusable", "session", "goals met"],
+          {n: [f["kernel"], f["above_kernel"], f["above_kernel_reusable"], f["above_kernel_session"],
+               f"{'yes' if f['above_kernel'] <= GOAL_US else 'NO'}, "
+               f"{'yes' if f['above_kernel_reusable'] <= GOAL_REUSABLE_US else 'NO'}"] for n, f in figures.items()})
+    print(f"(goals: execute <= {GOAL_US:g} us above the kernel, a reusable execution <= {GOAL_REUSABLE_US:g})")
+    table("where it goes", ["driver", "validation", "scheduling", "bind+run", "execute", "reusable", "session"],
+          {n: [f["driver_above_kernel"], f["validation"], f["scheduling"], f["binding_and_run"], f["runtime"],
+               f["runtime_reusable"], f["runtime_session"]] for n, f in figures.items()}
+          | {"runtime alone": ["", "", "", "", alone["execute"], alone["reusable"], alone["session"]]})
+    print("(driver: its HAL call on a request made once, less the kernel: validation, scheduling, and binding plus "
+          "its own run around the kernel. execute, reusable, session: each path less that driver call, i.e. the "
+          "runtime's share and what the driver spends on arrays it has not seen; runtime alone: each path over a "
+          "prepared model that does nothing)")
     print(json.dumps({"benchmark": "overhead", "unit": "us", "goal_above_kernel_us": GOAL_US,
-                      "devices": figures}))
+                      "goal_reusable_above_kernel_us": GOAL_REUSABLE_US, "cpu": cpu_name(), "devices": figures,
+                      "runtime_alone": alone}))
+
+
+#: The app's paths, and the suffix of their figures' keys in the JSON object.
+PATHS = ("execute", "reusable", "session")
+SUFFIX = {"execute": "", "reusable": "_reusable", "session": "_session"}
+#: The group of calls over `NoDriver`.
+ALONE = "runtime alone"
+
+
+def table(title: str, columns: list[str], rows: dict[str, list]) -> None:
+    """A table: one row per name, numbers to one decimal."""
+    width = max(len(title), *(len(n) for n in rows)) + 2
+    print(f"\n{title:<{width}}" + "".join(f"{c:>{max(len(c), 7) + 2}}" for c in columns))
+    for name, values in rows.items():
+        print(f"{name:<{width}}" + "".join(
+            f"{v:>{max(len(c), 7) + 2}.1f}" if isinstance(v, float) else f"{v:>{max(len(c), 7) + 2}}"
+            for c, v in zip(columns, values)))
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the platform's word for it."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
 
 
 if __name__ == "__main__":
