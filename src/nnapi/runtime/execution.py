@@ -59,7 +59,7 @@ class Execution:
         #: dimensions, not the app's).
         self._desc_inputs: list[tuple[int, bool]] = []
         self._desc_outputs: list[int] = []  # the outputs in memory from a MemoryDesc
-        self._state_lock = threading.Lock()
+        self._state_lock: threading.Lock | None = None  # a reusable execution's: one computation at a time
         self._output_shapes: list[OutputShape] | None = None
         self._result: NnError | None = None
         self._timing = Timing()
@@ -231,6 +231,8 @@ class Execution:
         if not isinstance(reusable, (bool, np.bool_)):
             raise NnError(ResultCode.BAD_DATA, f"Execution.set_reusable: expected True or False, got {reusable!r}")
         self._reusable = bool(reusable)
+        if self._reusable and self._state_lock is None:
+            self._state_lock = threading.Lock()
 
     @property
     def reusable(self) -> bool:
@@ -248,7 +250,7 @@ class Execution:
     def compute(self, timeout: float | None = None) -> None:
         """Run synchronously; raises NnError on failure. `timeout` (seconds) is `set_timeout` for this run
         (for a reusable execution: this computation's only)."""
-        run_timeout = self._run_timeout(timeout, "compute")
+        run_timeout = self._timeout_ns if timeout is None else self._run_timeout(timeout, "compute")
         self._start("compute")
         self._finish(self._guarded_run(PREPARED, run_timeout))
         if self._result is not None:
@@ -284,9 +286,14 @@ class Execution:
         """Into the computation state: the first computation checks every argument; a reusable execution's later
         ones (from the completed state) only its inputs in memory from a MemoryDesc, whose content may have
         changed. BAD_STATE for a plain execution that started already, or with a computation in flight."""
-        with self._state_lock:
-            if self._started and not self._reusable:
+        if not self._reusable:
+            if self._started:
                 raise NnError(ResultCode.BAD_STATE, f"Execution.{what}: the execution has already started")
+            self._check_arguments(what)
+            self._started = True
+            self._state = "computing"
+            return
+        with self._state_lock:
             if self._state == "computing":
                 raise NnError(ResultCode.BAD_STATE, f"Execution.{what}: a computation of this reusable execution "
                                                     "is in flight (one at a time)")
@@ -304,12 +311,13 @@ class Execution:
             for k, arg in enumerate(slots):
                 if arg is None:
                     raise NnError(ResultCode.BAD_DATA, f"Execution.{what}: {io} {k} is not set")
-        self._desc_inputs = [(k, not arg.dims and not self._in_facts[k].operand.is_fully_specified)
-                             for k, arg in enumerate(self._inputs)
-                             if arg.memory is not None and arg.memory.validator is not None]
-        self._desc_outputs = [k for k, arg in enumerate(self._outputs)
-                              if arg.memory is not None and arg.memory.validator is not None]
-        self._check_desc_inputs(what)
+        if any(arg.memory is not None for arg in (*self._inputs, *self._outputs)):
+            self._desc_inputs = [(k, not arg.dims and not self._in_facts[k].operand.is_fully_specified)
+                                 for k, arg in enumerate(self._inputs)
+                                 if arg.memory is not None and arg.memory.validator is not None]
+            self._desc_outputs = [k for k, arg in enumerate(self._outputs)
+                                  if arg.memory is not None and arg.memory.validator is not None]
+            self._check_desc_inputs(what)
 
     def _check_desc_inputs(self, what: str) -> None:
         """Memory from a MemoryDesc as an input: initialized, with the dimensions last written (which an input of

@@ -232,6 +232,8 @@ class ExecutionPlan:
         #: Whether the first step's outputs are fully specified, as a fenced run on its driver needs.
         self.fenceable = all(first.operands[o].is_fully_specified for o in first.output_indexes)
         self.direct = self._direct_template()
+        #: One step, writing the model's outputs in their order: it runs without routing values between steps.
+        self.whole = len(steps) == 1 and steps[0].outputs == list(main.output_indexes)
 
     def _direct_template(self) -> _DirectTemplate | None:
         steps, main = self.steps, self.main
@@ -356,8 +358,6 @@ class BoundPlan:
         self.measure = MeasureTiming.YES if arguments.measure else MeasureTiming.NO
         self._shared = _SharedTemporaries(plan.main.operands, plan.boundary) if plan.boundary else None
         direct = plan._direct_request(arguments)
-        #: One step, writing the model's outputs: it runs without routing values between steps.
-        self._whole = len(plan.steps) == 1 and plan.steps[0].outputs == list(plan.main.output_indexes)
         #: Per step: its request, built once (None: built at each run, from the sizes reported).
         self.requests: list[Request | None] = [direct] if direct is not None else [
             plan._step_request(step, arguments, self._shared, None) if plan._static(step) else None
@@ -369,7 +369,7 @@ class BoundPlan:
         (`NnError.output_shapes`); a temporary a driver needs larger is grown and its step run again."""
         plan = self.plan
         shapes: list[OutputShape | None] = [None] * len(plan.outputs)
-        request = self.requests[0] if self._whole else None
+        request = self.requests[0] if plan.whole else None
         if request is not None:  # (one step, its request built: nothing to route)
             step = plan.steps[0]
             try:
