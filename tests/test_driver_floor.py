@@ -311,10 +311,10 @@ def test_a_plug_in_package_can_be_a_version_source(tmp_path, monkeypatch):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("X = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    from nnapi.drivers.base.shared import source_fingerprint
+    from nnapi.drivers.base.shared import forget_source_fingerprints, source_fingerprint
     first = source_fingerprint("floor_plugin_pkg")
     (pkg / "__init__.py").write_text("X = 2\n")
-    source_fingerprint.cache_clear()
+    forget_source_fingerprints()
     assert source_fingerprint("floor_plugin_pkg") != first and "floor_plugin_pkg" not in sys.modules
     with pytest.raises(LookupError, match="no_such_floor_pkg"):
         source_fingerprint("no_such_floor_pkg")

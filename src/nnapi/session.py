@@ -29,7 +29,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from .hal import ExecutionPreference, NnError, Priority, ResultCode
-from .importers import ImportedModel, TensorInfo, load_tflite
+from .importers import ImportedModel, TensorInfo
 from .ops import numpy_dtype
 from .runtime import Compilation, Device, Event, Execution, Model, model_token
 from .runtime.feeds import FeedRunner
@@ -517,6 +517,7 @@ def load(model: str | os.PathLike | Model | ImportedModel,
     arithmetic); a built model sets it itself before `finish`. Errors are `NnError` naming what is wrong."""
     imported: ImportedModel | None = None
     if isinstance(model, (str, os.PathLike)):
+        from .importers import load_tflite  # (the reader is imported with the first .tflite)
         imported = load_tflite(model, relaxed=relaxed)  # traced as the "import" slice
         built = imported.model
     elif isinstance(model, ImportedModel):

@@ -33,10 +33,25 @@ def source_fingerprint(*folders: str) -> str:
     found without importing it."""
     h = xxhash.xxh3_64()
     for folder in folders:
-        for path in sorted(_source_folder(folder).glob("*.py")):
-            h.update(f"{folder}/{path.name}".encode())
-            h.update(path.read_bytes())
+        h.update(_folder_digest(folder))
     return h.hexdigest()[:8]
+
+
+@functools.lru_cache(maxsize=64)
+def _folder_digest(folder: str) -> bytes:
+    """The digest of one folder's Python files, names included (read once per process: the drivers share
+    most of their folders)."""
+    h = xxhash.xxh3_64()
+    for path in sorted(_source_folder(folder).glob("*.py")):
+        h.update(f"{folder}/{path.name}".encode())
+        h.update(path.read_bytes())
+    return h.digest()
+
+
+def forget_source_fingerprints() -> None:
+    """Read the folders again at the next `source_fingerprint` (for a process that edits its own source)."""
+    source_fingerprint.cache_clear()
+    _folder_digest.cache_clear()
 
 
 def _source_folder(folder: str) -> Path:

@@ -47,6 +47,9 @@ class ReferenceDevice(DriverDevice):
 
     NAME = "reference"
     CACHE_FILES = (cache.NUM_MODEL_CACHE, cache.NUM_DATA_CACHE)
+    #: Its claims are cheap, but validating the model first is not (mobilenet_v2: tens of ms): a cached
+    #: start in a new process asks the state directory instead.
+    REMEMBER_CLAIMS = True
 
     OPTIONS = {"jit": Option("NNAPI_REFERENCE_JIT", bool, False)}
     #: The baseline compiling drivers calibrate against: planned at preparation, no caching engine.

@@ -33,11 +33,25 @@ What the importer does:
 """
 from __future__ import annotations
 
-from . import operators  # noqa: F401  (every family registers its operators: the table is complete)
+from typing import Any
+
 from .imported import (IMPORTER_VERSION, INTERNAL_ERROR, ImportedModel, Problem, TensorInfo,
                        UnsupportedOperatorsError)
-from .load import load_tflite
-from .registry import register, register_custom, registered_operators
+
+#: What is imported on first use (PEP 562): the reader, the schema and every operator family cost tens of
+#: milliseconds, which `import nnapi` does not pay until a `.tflite` is loaded.
+_LAZY = {"load_tflite": "load", "register": "registry", "register_custom": "registry",
+         "registered_operators": "registry"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    importlib.import_module(".operators", __name__)  # every family registers its operators: the table is complete
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
 
 __all__ = ["IMPORTER_VERSION", "INTERNAL_ERROR", "ImportedModel", "Problem", "TensorInfo", "UnsupportedOperatorsError",
            "load_tflite", "register", "register_custom", "registered_operators"]

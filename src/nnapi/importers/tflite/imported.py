@@ -6,13 +6,16 @@ import hashlib
 import os
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..._version import __version__
 from ...hal import NnError, ResultCode
 from ...runtime import Memory, Model
-from .schema import FlatModel
+
+if TYPE_CHECKING:
+    from .schema import FlatModel
 
 #: Bumped when the mapping changes, so cache tokens derived from a file change too.
 IMPORTER_VERSION = "2"
