@@ -1,4 +1,5 @@
-"""An app's start pays only for what it uses: `import nnapi` imports no backend, and with a state
+"""An app's start pays only for what it uses: `import nnapi` imports no backend (nor the .tflite reader,
+until a .tflite is loaded), and with a state
 directory that remembers the drivers (their calibrations), `nnapi.devices()` asks no backend anything;
 a backend is imported when a device of its own is prepared for or run."""
 from __future__ import annotations
@@ -11,7 +12,8 @@ import sys
 PROBE = """
 import json, sys
 import nnapi
-after_import = sorted(m for m in ("jax", "jaxlib", "openvino") if m in sys.modules)
+after_import = sorted(m for m in ("jax", "jaxlib", "openvino", "tflite", "nnapi.importers.tflite.load")
+                      if m in sys.modules)
 devices = [d.name for d in nnapi.devices()]
 after_devices = sorted(m for m in ("jax", "jaxlib", "openvino") if m in sys.modules)
 print(json.dumps({"import": after_import, "devices": after_devices, "names": devices}))
