@@ -114,8 +114,8 @@ def main() -> None:
             return [np.asarray(o[key]) for o in stream.run_batch([[x] for x in xs], in_flight=args.in_flight)]
 
         own = _openvino_own(path, args.threads, args.in_flight) if args.device == "openvino" else None
-        runners = {"litert": (lambda: litert(xs)) if litert else None, "openvino_own": (lambda: own(xs)) if own else None,
-                   "latency": run_latency, "throughput": run_stream}
+        runners = {"litert": (lambda: litert(xs)) if litert else None,
+                   "openvino_own": (lambda: own(xs)) if own else None, "latency": run_latency, "throughput": run_stream}
         runners = {k: v for k, v in runners.items() if v is not None}
         for fn in runners.values():  # warm-ups
             fn()
