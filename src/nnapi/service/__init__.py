@@ -8,10 +8,25 @@
 - every call is declared once in `protocol`, from which the client's encoding and the server's checks
   both follow (as AIDL generates both ends of a HAL).
 """
-from .client import Connection, ServiceBuffer, ServiceBurst, ServiceDevice, ServicePreparedModel, connect
-from .codec import PROTOCOL_VERSION
+from typing import Any
+
 from .discovery import ENV, default_socket, service_dir, sockets
 from .peer import Credentials, peer_credentials
+
+#: Imported on first use (PEP 562): the client, the codec and the wire are not needed to find out that
+#: there is no service directory, which is what `nnapi.devices()` asks first.
+_LAZY = {"Connection": "client", "ServiceBuffer": "client", "ServiceBurst": "client", "ServiceDevice": "client",
+         "ServicePreparedModel": "client", "connect": "client", "PROTOCOL_VERSION": "codec"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = ["Connection", "Credentials", "ENV", "PROTOCOL_VERSION", "ServiceBuffer", "ServiceBurst", "ServiceDevice",
            "ServicePreparedModel", "connect", "default_socket", "peer_credentials", "service_dir", "sockets"]

@@ -13,7 +13,7 @@ process that compiles the same model again loads the executable instead.
 """
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import os
 import pkgutil
 
@@ -29,11 +29,10 @@ def backend() -> str:
     first = os.environ.get("JAX_PLATFORMS", "").strip().lower().split(",")[0]
     if first:
         return "gpu" if first in ("cuda", "rocm", "gpu") else first
-    try:
-        plugins = importlib.import_module("jax_plugins").__path__
-    except ImportError:
-        return "cpu"
-    return "gpu" if any(n in m.name for m in pkgutil.iter_modules(plugins) for n in ("cuda", "rocm")) else "cpu"
+    spec = importlib.util.find_spec("jax_plugins")  # (a namespace package: found, not imported)
+    plugins = spec.submodule_search_locations if spec is not None else None
+    return "gpu" if plugins and any(n in m.name for m in pkgutil.iter_modules(plugins) for n in ("cuda", "rocm")) \
+        else "cpu"
 
 
 class XlaDevice(DriverDevice):
