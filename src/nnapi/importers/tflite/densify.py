@@ -13,12 +13,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import tflite
 
 from .flatbuffer import BadModel
+from .generated import generated
 from .schema import Sparsity
 
-_DENSE = tflite.DimensionType.DENSE
+_DENSE = generated("DimensionType").DENSE
 
 
 def _bad(what: str, message: str) -> BadModel:

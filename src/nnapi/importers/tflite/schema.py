@@ -21,15 +21,15 @@ import struct
 from dataclasses import dataclass, field
 
 import numpy as np
-import tflite  # the maintained TFLite schema bindings (flatbuffers): enums and option classes
 
 from .flatbuffer import BadModel, Table, options as _options
+from .generated import generated  # the maintained TFLite schema bindings (flatbuffers): enums and options
 
-BUILTIN_NAMES: dict[int, str] = {v: k for k, v in vars(tflite.BuiltinOperator).items()
+BUILTIN_NAMES: dict[int, str] = {v: k for k, v in vars(generated("BuiltinOperator")).items()
                                  if not k.startswith("_") and isinstance(v, int)}
-TENSOR_TYPE_NAMES: dict[int, str] = {v: k for k, v in vars(tflite.TensorType).items()
+TENSOR_TYPE_NAMES: dict[int, str] = {v: k for k, v in vars(generated("TensorType")).items()
                                      if not k.startswith("_") and isinstance(v, int)}
-OPTION_CODES: dict[str, int] = {k: v for k, v in vars(tflite.BuiltinOptions).items()
+OPTION_CODES: dict[str, int] = {k: v for k, v in vars(generated("BuiltinOptions")).items()
                                 if not k.startswith("_") and isinstance(v, int)}
 OPTION_NAMES: dict[int, str] = {v: k for k, v in OPTION_CODES.items()}
 
@@ -48,9 +48,9 @@ MAX_TENSOR_BYTES = 2**32 - 1
 _U8, _I8, _U16 = struct.Struct("<B"), struct.Struct("<b"), struct.Struct("<H")
 _I32, _U32, _U64 = struct.Struct("<i"), struct.Struct("<I"), struct.Struct("<Q")
 _BOOL = _U8
-_DENSE, _SPARSE_CSR = tflite.DimensionType.DENSE, tflite.DimensionType.SPARSE_CSR
-_INDEX_TYPES = {tflite.SparseIndexVector.Int32Vector: np.int32, tflite.SparseIndexVector.Uint16Vector: np.uint16,
-                tflite.SparseIndexVector.Uint8Vector: np.uint8}
+_DENSE, _SPARSE_CSR = generated("DimensionType").DENSE, generated("DimensionType").SPARSE_CSR
+_INDEX = generated("SparseIndexVector")
+_INDEX_TYPES = {_INDEX.Int32Vector: np.int32, _INDEX.Uint16Vector: np.uint16, _INDEX.Uint8Vector: np.uint8}
 
 
 def _in(subgraph: int) -> str:
@@ -167,7 +167,7 @@ class FlatOperator:
         table = self.options_table if self.options_type else None
         if table is not None:  # checked when the file was read; named here as the operator's options
             table = Table(table.Bytes, table.Pos, name)
-        return _options(getattr(tflite, name), table, name)
+        return _options(generated(name), table, name)
 
 
 @dataclass

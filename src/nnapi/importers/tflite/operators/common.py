@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-import tflite
 
 from ....hal import FusedActivationFunc, OperandType as T, OperationType as Op, PaddingScheme
 from ..flatbuffer import BadModel
+from ..generated import generated
 from ..graph import Graph
 from ..imported import Unsupported
 from ..schema import FlatOperator
@@ -19,7 +19,7 @@ FUSED = {0: (FusedActivationFunc.NONE, None), 1: (FusedActivationFunc.RELU, None
          2: (FusedActivationFunc.RELU1, None), 3: (FusedActivationFunc.RELU6, None),
          4: (FusedActivationFunc.NONE, Op.TANH)}
 _SEPARATE = {1: Op.RELU, 2: Op.RELU1, 3: Op.RELU6, 4: Op.TANH}
-ACTIVATION_NAMES = {v: k for k, v in vars(tflite.ActivationFunctionType).items()
+ACTIVATION_NAMES = {v: k for k, v in vars(generated("ActivationFunctionType")).items()
                     if not k.startswith("_") and isinstance(v, int)}
 #: TFLite Padding -> NNAPI implicit padding scheme.
 _PADDING = {0: PaddingScheme.SAME, 1: PaddingScheme.VALID}
