@@ -210,3 +210,22 @@ def test_recurrent_cells_carry_their_operand_positions():
     p = params(Op.RNN, [t((2, 3)), c(np.ones((5, 3))), c(np.ones((5, 5))), c(np.ones(5)), t((2, 5)), s(1)],
                n_out=2)
     assert (p.activation, p.num_units, p.out_dims) == (1, 5, ((2, 5), (2, 5)))
+
+
+def test_the_operation_index_names_the_module_of_every_registration():
+    """`ops.index.MODULES` (what a lookup imports) is the registrations' own record: every operation, each
+    in the module that registers it (python -c "from nnapi.ops.registry import write_index; write_index()")."""
+    from nnapi.ops.index import MODULES
+    from nnapi.ops.registry import index_of_registrations
+    assert MODULES == index_of_registrations()
+
+
+def test_a_lookup_imports_only_the_module_of_its_operation():
+    import subprocess
+    import sys
+    code = ("import sys; from nnapi.ops import find_operation; from nnapi.hal import OperationType as Op; "
+            "assert find_operation(Op.ADD).type == Op.ADD; "
+            "print(sorted(m for m in sys.modules if m.startswith('nnapi.ops.') and not m.split('.')[-1].startswith('_')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    loaded = eval(out.stdout.strip())
+    assert "nnapi.ops.broadcast" in loaded and "nnapi.ops.conv2d" not in loaded, loaded
