@@ -341,9 +341,11 @@ def test_a_served_driver_with_a_fleet_tier_reports_fleet_to_the_app(tmp_path, pu
 
 # --- claims across the fleet ------------------------------------------------------------------------------
 class CountingReference(ReferenceDevice):
-    """The reference driver, counting the claim analyses it makes itself."""
+    """The reference driver, counting the claim analyses it makes itself (claims not remembered in the state
+    directory, which the test's hosts share: only the fleet may spare an analysis)."""
 
     analyses = 0
+    REMEMBER_CLAIMS = False
 
     def supported(self, model):
         type(self).analyses += 1

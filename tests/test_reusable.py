@@ -8,6 +8,8 @@ NNAPI's: arguments are set in the preparation state only, one computation at a t
 computes once."""
 from __future__ import annotations
 
+import dataclasses
+
 import os
 
 import numpy as np
@@ -47,6 +49,14 @@ def split(android_partitioning, monkeypatch):
     monkeypatch.setattr(latency, "measured", lambda model, devices: {})
     monkeypatch.setenv("NNAPI_XLA_PERFORMANCE", "0.1")
     monkeypatch.setenv("NNAPI_OPENVINO_PERFORMANCE", "0.1")
+
+    def devices(*names: str) -> list:
+        """The devices by name, the compiling ones with the pinned ratio (a device found earlier in the
+        process keeps the capabilities it was found with: the pin applies to these copies)."""
+        found = {d.name: d for d in nnapi.devices()}
+        return [dataclasses.replace(found[n], capabilities=found[n].driver.calibrated_capabilities())
+                if n in ("xla", "openvino") else found[n] for n in names]
+    return devices
 
 
 def _reusable(c: nnapi.Compilation, inputs: list[np.ndarray], outputs: list[np.ndarray]) -> nnapi.Execution:
@@ -134,7 +144,7 @@ def test_a_model_partitioned_over_two_devices_is_reused(device, split):
     """ADD on `device`, RESHAPE (its shape given at run time) on the reference driver: the value between
     them in shared memory placed once, the output's shape each computation's own."""
     _installed(device)
-    c = nnapi.Compilation(_reshape_model(), devices=[device, "reference"]).finish()
+    c = nnapi.Compilation(_reshape_model(), devices=split(device, "reference")).finish()
     assert [s.device.name for s in c.steps] == [device, "reference"]
     a, b, out = np.zeros(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32)
     shape = np.zeros(2, np.int32)
@@ -341,7 +351,7 @@ def test_a_session_gives_a_plain_runs_results_on_repeated_shapes(device):
 def test_a_session_learns_output_sizes_and_runs_a_partitioned_model_once_per_feed(split):
     """The output's size comes from the run (RESHAPE by a shape input): the first feed computes twice (once to
     learn the size), later ones of those shapes once; a feed whose output needs another shape still gets it."""
-    session = nnapi.load(_reshape_model(), devices=["xla", "reference"] if "xla" in [
+    session = nnapi.load(_reshape_model(), devices=split("xla", "reference") if "xla" in [
         d.name for d in nnapi.devices()] else ["reference"])
     calls = _counting(session.compilation)
     steps = len(session.compilation.steps)
