@@ -32,6 +32,12 @@ goes back to its queue with its original place and resumes from the same point w
 again (Q4): results are those of an uninterrupted run. `policy="fifo"` turns priorities, fairness
 and preemption off (the baseline the QoS benchmark compares with).
 
+No priority starves (`shares`): while an app's higher-priority work runs, its waiting lower-priority
+work is owed `share` of the running time (a quarter by default); once owed `turn_ns` it gets a turn:
+the app's next slot ahead of its higher priorities, kept (not lent, its native call not stopped)
+until what it was owed is paid. A native call that was stopped pays nothing, so work that can only
+restart still finishes, on a turn.
+
 The host's calls (`Scheduler.foreground`): a host whose calls Python threads must read, handle and
 answer (the driver service) sets a probe `foreground(priority)` saying whether running work of that
 priority should give way now (the service: LOW work, while a call waits to be read or is being
@@ -54,6 +60,7 @@ from typing import Callable, TypeVar
 from .. import tracing as trace
 from ..hal import ClientId, ErrorStatus, NnError, Priority
 from .estimate import DurationStats
+from .shares import owed_ratio
 from .ticket import (DONE, QUEUED, RUNNING, AppQueue, Ticket, checkpoint, current, format_ms,  # noqa: F401
                      normalize_deadline)
 
@@ -73,12 +80,13 @@ class Scheduler:
     deadlines are on (injectable for tests). quantum_ns: running time after which a task yields to
     another app that waits (None: never). exclusive: an app's lower-priority work pauses while its
     higher-priority work runs. policy: "priority" (all of the above) or "fifo" (arrival order only).
+    share, turn_ns: what a lower priority keeps of the running time, and the turns it gets (`shares`).
     """
 
     def __init__(self, workers: int | None = None, capacity: int = 256, *,
                  clock: Callable[[], int] = time.monotonic_ns, quantum_ns: int | None = 20_000_000,
                  exclusive: bool = True, policy: str = "priority", name: str = "driver",
-                 handoff_ns: int = 2_000_000) -> None:
+                 handoff_ns: int = 2_000_000, share: float = 0.25, turn_ns: int = 40_000_000) -> None:
         if policy not in ("priority", "fifo"):
             raise ValueError(f"unknown scheduling policy {policy!r}")
         self.workers = max(1, int(workers if workers is not None else (os.cpu_count() or 1)))
@@ -99,6 +107,13 @@ class Scheduler:
         self._grace_until = 0
         self._hold_thread: threading.Thread | None = None  # ends graces, re-evaluates holds
         self.exclusive = exclusive and not self.fifo
+        if not 0 <= share < 1:
+            raise ValueError(f"a lower priority's share must be in [0, 1), not {share}")
+        #: The share of running time a lower priority level of an app keeps while higher levels saturate,
+        #: and how much it is owed before it gets a turn (`shares`; 0: strict priorities).
+        self.share = 0.0 if self.fifo else float(share)
+        self.share_ratio = owed_ratio(self.share)
+        self.turn_ns = max(1, int(turn_ns))
         self.lock = threading.Lock()
         self._changed = threading.Condition(self.lock)  # a running ticket stopped (finished or paused)
         self._holds_changed = threading.Condition(self.lock)
@@ -115,7 +130,7 @@ class Scheduler:
         self._seq = itertools.count()
         self._grants = itertools.count(1)
         self.counters = {k: 0 for k in ("admitted", "completed", "refused_persistent", "refused_transient",
-                                        "gave_up_waiting", "aborted", "exhausted", "preemptions")}
+                                        "gave_up_waiting", "aborted", "exhausted", "preemptions", "turns")}
 
     # --- admission ------------------------------------------------------------------------------
     def submit(self, *, client: "int | ClientId | None" = None, priority: Priority | int = Priority.MEDIUM,
@@ -146,7 +161,7 @@ class Scheduler:
                               f"{label}: the driver's queue is full ({self.capacity} tasks waiting)")
             app = self._apps.get(key)
             if app is None:
-                app = self._apps[key] = AppQueue(key)
+                app = self._apps[key] = AppQueue(key, now, self.share_ratio)
             ticket = Ticket(self, app, uid, priority, rank, deadline, stats, lower, label, next(self._seq), now)
             if deadline is not None:
                 wait = self._predicted_wait(ticket, now)
@@ -158,6 +173,7 @@ class Scheduler:
             self.counters["admitted"] += 1
             if not self._running and not self._queued:
                 # Nothing running or waiting: granted at once (no queue to order, no flag to change).
+                self._account(app, now)
                 app.last_grant = next(self._grants)
                 app.running.append(ticket)
                 self._running.append(ticket)
@@ -171,7 +187,7 @@ class Scheduler:
                 active = [self._vtime(a, now) for a in self._apps.values() if a is not app and (a.queued or a.running)]
                 if active:
                     app.vtime = max(app.vtime, min(active) - self.wake_credit_ns)
-            self._enqueue(ticket)
+            self._enqueue(ticket, now)
             self._dispatch(now)
             self._update_flags()
         return ticket
@@ -184,7 +200,7 @@ class Scheduler:
         """A lower bound of the time before `ticket` would start: the same app's work queued ahead of
         it, plus what the running tasks still need (except those it will preempt), over the slots."""
         app = ticket.app
-        ahead = [t for _, _, t in app.heap if t.state == QUEUED and t.rank >= ticket.rank]
+        ahead = [t for t in app.queued_tickets() if t.rank >= ticket.rank]
         blocked = self.exclusive and app.top_running_rank() > ticket.rank
         lendable = 0 if self.fifo else sum(1 for t in app.running if t.rank < ticket.rank and not t.lent)
         if self._free + lendable > len(ahead) and not blocked:
@@ -197,16 +213,45 @@ class Scheduler:
         return work // self.workers
 
     # --- queues and slots (the lock is held) -----------------------------------------------------
-    def _enqueue(self, ticket: Ticket) -> None:
+    def _account(self, app: AppQueue, now: int) -> None:
+        """Bring the app's priority levels' ledger up to `now` (before any change to its work)."""
+        if self.share:
+            app.levels.account(app.running, now)
+
+    def _enqueue(self, ticket: Ticket, now: int) -> None:
+        app = ticket.app
+        self._account(app, now)
         ticket.state = QUEUED
         ticket.grant.clear()
-        heapq.heappush(ticket.app.heap, (-ticket.rank, ticket.seq, ticket))
-        ticket.app.queued += 1
+        ticket.enqueues += 1
+        heapq.heappush(app.heap, (-ticket.rank, ticket.seq, ticket.enqueues, ticket))
+        app.queued += 1
+        app.levels.waiting[ticket.rank] += 1
         self._queued += 1
+
+    def _unqueue(self, ticket: Ticket, now: int) -> None:
+        """A queued ticket leaves its queue (granted, given up or cancelled; its heap entry goes lazily)."""
+        app = ticket.app
+        self._account(app, now)
+        app.queued -= 1
+        app.levels.waiting[ticket.rank] -= 1
+        self._queued -= 1
+
+    def _begin_turn(self, app: AppQueue, now: int) -> None:
+        """Give a turn to the oldest waiting work of the app's level that is owed one (`shares`)."""
+        self._account(app, now)
+        ticket = app.due_turn(self.turn_ns)
+        if ticket is not None:
+            self.counters["turns"] += 1
+            if trace.active():
+                trace.instant("turn", "qos", device=self.name, app=ticket.uid, label=ticket.label)
 
     def _eligible(self, app: AppQueue) -> Ticket | None:
         if not app.queued:
             return None
+        turn = app.levels.turn
+        if turn is not None and turn.state == QUEUED:
+            return turn  # ahead of the app's other work, whatever their priorities
         top = app.top()
         if top is None or (self.exclusive and top.rank < app.top_running_rank()):
             return None
@@ -214,7 +259,12 @@ class Scheduler:
 
     def _dispatch(self, now: int) -> None:
         """Grant free slots (fair between apps), then let waiting work that outranks running work of
-        its own app start at once on a slot lent by that work, which yields at its next checkpoint."""
+        its own app start at once on a slot lent by that work, which yields at its next checkpoint
+        (work on its turn lends nothing to its own app)."""
+        if self.share:
+            for app in self._apps.values():
+                if app.queued and app.levels.turn is None:
+                    self._begin_turn(app, now)
         while self._free > 0:
             best: tuple[int, int, AppQueue, Ticket] | None = None
             for app in self._apps.values():
@@ -231,7 +281,9 @@ class Scheduler:
         for app in self._apps.values():
             while True:
                 top = self._eligible(app)
-                victims = [] if top is None else [t for t in app.running if t.rank < top.rank and not t.lent]
+                turn = app.levels.turn
+                victims = [] if top is None else [t for t in app.running
+                                                  if t.rank < top.rank and not t.lent and t is not turn]
                 if not victims:
                     break
                 # The high-priority work need not wait for the victim's checkpoint (and for its
@@ -317,9 +369,9 @@ class Scheduler:
 
     def _start(self, app: AppQueue, ticket: Ticket, now: int) -> None:
         """Grant `ticket` a slot (the lock is held)."""
-        heapq.heappop(app.heap)
-        app.queued -= 1
-        self._queued -= 1
+        if app.top() is ticket:
+            heapq.heappop(app.heap)
+        self._unqueue(ticket, now)
         app.last_grant = next(self._grants)
         if self.fair_lag_ns and not ticket.owed:  # behind the apps running now: they pause for it
             limit = app.vtime + self.fair_lag_ns
@@ -337,6 +389,7 @@ class Scheduler:
     def _stop(self, ticket: Ticket, now: int) -> None:
         """End the ticket's running segment: charge its time, free its slot (the lock is held)."""
         self._changed.notify_all()
+        self._account(ticket.app, now)
         spent = now - ticket.segment_start
         ticket.run_ns += spent
         ticket.app.vtime += spent
@@ -360,22 +413,40 @@ class Scheduler:
             return
         waiting_apps = [a for a in self._apps.values() if self._eligible(a) is not None]
         holding = self._holding()
-        now = self.clock() if holding else 0
+        now = self.clock()
         for t in self._running:
             app = t.app
-            top = app.top() if app.queued else None
-            if t.lent or (top is not None and top.rank > t.rank) or (
-                    self.exclusive and app.top_running_rank() > t.rank) or (holding and self._held(app, now)):
+            levels = app.levels
+            self._account(app, now)  # (a turn paid for ends)
+            turn = levels.turn
+            if t is turn:  # its own app's priorities wait for it (`shares`)
+                urgent = t.lent or (holding and self._held(app, now))
+            else:
+                top = app.top() if app.queued else None
+                urgent = t.lent or (top is not None and top.rank > t.rank) or (
+                    self.exclusive and app.top_running_rank() > t.rank) or (holding and self._held(app, now))
+            if urgent:
                 if t.yield_at != 0 and t.preempt is not None:
                     try:  # native work without checkpoints: stop it now, it restarts when granted again
                         t.preempt()
                     except Exception:
                         pass
                 t.yield_at = 0
-            elif self.quantum_ns is not None and self._free == 0 and any(a is not app for a in waiting_apps):
-                t.yield_at = t.segment_start + self.quantum_ns
-            else:
-                t.yield_at = None
+                continue
+            if turn is not None and turn.state == QUEUED and self._free <= 0 and t.rank > turn.rank:
+                t.yield_at = 0  # its app's turn waits for a slot: this work gives it at its next checkpoint
+                continue
+            at = None
+            if self.quantum_ns is not None and self._free == 0 and any(a is not app for a in waiting_apps):
+                at = t.segment_start + self.quantum_ns
+            if t is turn and t.native_since is None:
+                paid = now + max(0, levels.owed(t.rank))  # the turn ends at the checkpoint after
+                at = paid if at is None else min(at, paid)
+            elif turn is None and self.share and app.queued and t.rank > 0:
+                due = levels.due_in(app.running, self.turn_ns)
+                if due is not None:  # a lower level comes due: its turn begins at this work's checkpoint
+                    at = now + due if at is None else min(at, now + due)
+            t.yield_at = at
 
     def await_handoff(self, ticket: Ticket) -> None:
         """Work that started on a slot lent by lower-priority work of its app waits (at most
@@ -409,9 +480,9 @@ class Scheduler:
                     return
                 now = self.clock()
                 if give_up is not None and now >= give_up and ticket.state == QUEUED:
+                    self._unqueue(ticket, now)
                     ticket.state = DONE   # lazily removed from the heap
-                    ticket.app.queued -= 1
-                    self._queued -= 1
+                    ticket.app.levels.release(ticket)
                     ticket.wait_ns += now - ticket.queued_since
                     self.counters["gave_up_waiting"] += 1
                     self._update_flags()
@@ -424,12 +495,17 @@ class Scheduler:
             now = self.clock()
             if ticket.state != RUNNING or ticket.yield_at is None or now < ticket.yield_at:
                 return
+            if ticket.yield_at:  # a flag set for a time (a quantum, a turn coming due or paid): still so?
+                self._dispatch(now)
+                self._update_flags()
+                if ticket.state != RUNNING or ticket.yield_at is None or now < ticket.yield_at:
+                    return
             self._stop(ticket, now)
             ticket.preemptions += 1
             ticket.preempted_at.append(where)
             self.counters["preemptions"] += 1
             ticket.queued_since = now
-            self._enqueue(ticket)
+            self._enqueue(ticket, now)
             self._dispatch(now)
             self._update_flags()
         if trace.active():
@@ -449,9 +525,9 @@ class Scheduler:
                     self._begin_grace(ticket.app)
                 self._stop(ticket, now)
             elif ticket.state == QUEUED:
-                ticket.app.queued -= 1
-                self._queued -= 1
+                self._unqueue(ticket, now)
             ticket.state = DONE
+            ticket.app.levels.release(ticket)  # (what it ran on a turn was paid for as it ran)
             if outcome == "ok":
                 self.counters["completed"] += 1
             elif outcome == "missed":
@@ -461,6 +537,24 @@ class Scheduler:
                 self._update_flags()
         if outcome == "ok" and ticket.stats is not None:
             ticket.stats.record(ticket.run_ns)
+
+    def native_began(self, ticket: Ticket) -> None:
+        """`ticket` enters a native call that may be stopped (`Ticket.preemptible`; the lock is held):
+        its time counts as progress only once the call completes."""
+        now = self.clock()
+        self._account(ticket.app, now)
+        ticket.native_since = now
+
+    def native_ended(self, ticket: Ticket, completed: bool) -> None:
+        """`ticket`'s native call ended (the lock is held): completed, its time pays its level's debt;
+        stopped, it was wasted (`shares`). A turn paid for is over."""
+        now = self.clock()
+        app = ticket.app
+        self._account(app, now)
+        since, ticket.native_since = ticket.native_since, None
+        if self.share and completed and since is not None and app.levels.completed(ticket, now - since):
+            self._dispatch(now)  # its turn is over
+            self._update_flags()
 
     def _count(self, counter: str) -> None:
         with self.lock:

@@ -9,12 +9,14 @@ from __future__ import annotations
 import contextlib
 import heapq
 import threading
-from typing import TYPE_CHECKING, Callable, Iterator, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
 
 from .. import tracing as trace
 from ..hal import ErrorStatus, NnError, Priority
 from ..hal.constants import NO_DEADLINE
+from .background import native_call
 from .estimate import DurationStats
+from .shares import Levels
 
 if TYPE_CHECKING:
     from .scheduler import Scheduler
@@ -50,26 +52,55 @@ def format_ms(ns: float) -> str:
 
 
 class AppQueue:
-    """One client's queue and share."""
+    """One client's queue, share and priority levels (`shares.Levels`)."""
 
-    __slots__ = ("uid", "vtime", "heap", "running", "queued", "last_grant")
+    __slots__ = ("uid", "vtime", "heap", "running", "queued", "last_grant", "levels")
 
-    def __init__(self, uid: int) -> None:
+    def __init__(self, uid: int, now: int = 0, ratio: tuple[int, int] = (1, 3)) -> None:
         self.uid = uid
         self.vtime = 0            # running time used, in ns (the fair-share clock)
-        self.heap: list[tuple[int, int, Ticket]] = []   # (-priority, seq, ticket), lazily cleaned
+        #: (-priority, seq, enqueue count, ticket), lazily cleaned: an entry is live while its ticket is
+        #: queued and was queued by it (a ticket on a turn leaves the queue from the middle).
+        self.heap: list[tuple[int, int, int, Ticket]] = []
         self.running: list[Ticket] = []
         self.queued = 0
         self.last_grant = 0
+        self.levels = Levels(now, ratio)
 
     def top(self) -> "Ticket | None":
         heap = self.heap
-        while heap and heap[0][2].state != QUEUED:
+        while heap and not _live(heap[0]):
             heapq.heappop(heap)
-        return heap[0][2] if heap else None
+        return heap[0][3] if heap else None
+
+    def top_of(self, rank: int) -> "Ticket | None":
+        """The oldest queued ticket of rank `rank`."""
+        live = [e for e in self.heap if e[0] == -rank and _live(e)]
+        return min(live)[3] if live else None
+
+    def due_turn(self, turn_ns: int) -> "Ticket | None":
+        """Give a turn to the oldest queued ticket of the level owed one, if any (`shares`); that ticket."""
+        levels = self.levels
+        if levels.turn is not None or not self.queued:
+            return None
+        top = self.top()
+        rank = levels.due(self.running, -1 if top is None else top.rank, turn_ns)
+        ticket = None if rank is None else self.top_of(rank)
+        if ticket is not None:
+            levels.turn = ticket
+            ticket.turns += 1
+        return ticket
+
+    def queued_tickets(self) -> "list[Ticket]":
+        return [e[3] for e in self.heap if _live(e)]
 
     def top_running_rank(self) -> int:
         return max((t.rank for t in self.running), default=-1)
+
+
+def _live(entry: tuple) -> bool:
+    ticket = entry[3]
+    return ticket.state == QUEUED and entry[2] == ticket.enqueues
 
 
 class Grant:
@@ -136,6 +167,9 @@ class Ticket:
         self.borrowed: Ticket | None = None  # the ticket whose slot it runs on, until it stops
         self.owed = False           # it runs on a slot lent by another app (see `_lend_across_apps`)
         self.preempt: Callable[[], None] | None = None  # stops native work at once (see `preemptible`)
+        self.native_since: int | None = None  # in a native call that may be stopped, since (`preemptible`)
+        self.enqueues = 0           # times queued (its live entry in the app's heap is the last one)
+        self.turns = 0              # turns it was given (`shares`)
         self.grant = Grant()
         self.ran = False
 
@@ -178,7 +212,8 @@ class Ticket:
     def checkpoint(self, where: str = "") -> None:
         """Abort once the deadline has passed; yield when the scheduler asks (then resume here); give
         way to the host's calls (see the module doc), also once resumed."""
-        giving_way = self.scheduler.foreground is not None and not self.scheduler.fifo
+        # (work on its turn does not give way: the scheduler chose to run it now)
+        giving_way = self.scheduler.foreground is not None and not self.scheduler.fifo and not self.on_turn
         if giving_way:
             self.scheduler.give_way(self)
         deadline, yield_at = self.deadline, self.yield_at
@@ -196,22 +231,38 @@ class Ticket:
             if giving_way:
                 self.scheduler.give_way(self)
 
+    @property
+    def on_turn(self) -> bool:
+        """Whether it holds its app's turn (`shares`): its app's higher-priority work waits for it."""
+        return self.app.levels.turn is self
+
     @contextlib.contextmanager
     def preemptible(self, stop: Callable[[], None]) -> Iterator[None]:
         """Around one native call that reaches no checkpoint: when the scheduler wants this work to
         yield, `stop()` is called (from another thread) to end the call early; the caller then reaches
         `checkpoint()`, pauses, and runs the call again from scratch when granted again (Q4: executions
-        are deterministic, so a restart gives the same result)."""
-        with self.scheduler.lock:
+        are deterministic, so a restart gives the same result). The call's time counts as progress of
+        its level (`shares`) only if it completes: a stopped call was wasted."""
+        scheduler = self.scheduler
+        with scheduler.lock:
             self.preempt = stop
+            scheduler.native_began(self)
             flagged = self.yield_at == 0
+        completed = False
         try:
             if flagged:
                 stop()
             yield
+            completed = True
         finally:
-            with self.scheduler.lock:
+            with scheduler.lock:
                 self.preempt = None
+                scheduler.native_ended(self, completed)
+
+    def native(self, workers: Sequence[str] = ()) -> contextlib.AbstractContextManager:
+        """Around one native call: LOW work runs it at the OS's lowest priority with the library's
+        threads named `workers` (`background`), except on its turn, which it must not spend waiting."""
+        return native_call(Priority.MEDIUM if self.on_turn else self.priority, workers)
 
     @property
     def yield_requested(self) -> bool:

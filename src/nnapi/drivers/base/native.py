@@ -21,6 +21,7 @@ from typing import Callable, Hashable, Sequence, TypeVar
 import numpy as np
 
 from ...hal import ErrorStatus, Model, NnError
+from ...qos import current
 from .binding import Binding
 from .loops import LOOP_BUDGET_GROWTH, IterationBudget, loop_depth
 
@@ -59,9 +60,9 @@ def run_native(binding: Binding, native: NativeCall) -> object:
 
         try:
             if native.cancel is None:
-                with binding.native(native.workers):
+                with _os_priority(binding, native.workers):
                     return _bounded(native, binding.deadline)
-            with binding.preemptible(stop), binding.native(native.workers):
+            with binding.preemptible(stop), _os_priority(binding, native.workers):
                 try:
                     return _bounded(native, binding.deadline)
                 except Exception as e:
@@ -71,6 +72,12 @@ def run_native(binding: Binding, native: NativeCall) -> object:
                     raise
         except _Preempted:
             binding.checkpoint(f"{native.what} stopped for higher-priority work")  # pause, then again
+
+
+def _os_priority(binding: Binding, workers: Sequence[str]):
+    """LOW work runs native code at the OS's lowest priority, except on its turn (`qos.Ticket.native`)."""
+    ticket = current()
+    return ticket.native(workers) if ticket is not None else binding.native(workers)
 
 
 def _bounded(native: NativeCall, deadline: int | None) -> object:

@@ -1,0 +1,263 @@
+"""Lower priorities keep a share (`nnapi.qos.shares`): under continuous higher-priority work of its app, LOW
+work gets turns worth a quarter of the running time, a HIGH execution that arrives during a turn starts at
+the checkpoint where the turn is paid, and LOW work that can only restart (a cancelled native call) finishes.
+
+A fake clock moves only inside the work (1 ms per step), and with one slot only one task steps at a time,
+so every figure here is exact, not timed."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from nnapi.hal import Priority
+from nnapi.qos import Scheduler, checkpoint, current
+from nnapi.qos.shares import Levels, owed_ratio
+
+from qos_kit import WAIT, FakeClock
+
+LOW, MEDIUM, HIGH = Priority.LOW, Priority.MEDIUM, Priority.HIGH
+MS = 1_000_000
+
+
+class Stub:
+    """What the ledger reads of a ticket."""
+
+    def __init__(self, rank: int, native: bool = False) -> None:
+        self.rank = int(rank)
+        self.native_since = 0 if native else None
+
+
+# --- the ledger -----------------------------------------------------------------------------------
+def test_a_waiting_level_is_owed_a_third_of_the_higher_levels_running_time_and_pays_it_back():
+    levels = Levels(0, owed_ratio(0.25))
+    levels.waiting[LOW] = 1
+    levels.account([Stub(HIGH), Stub(HIGH)], 30 * MS)           # two HIGH slots for 30 ms
+    assert levels.owed(LOW) == 20 * MS
+    assert levels.owed(HIGH) == 0                               # nothing waits above HIGH
+    levels.waiting[LOW] = 0
+    levels.account([Stub(LOW)], 35 * MS)                        # it runs 5 ms
+    assert levels.owed(LOW) == 15 * MS
+    levels.account([Stub(LOW)], 60 * MS)                        # outside a turn: never below zero
+    assert levels.owed(LOW) == 0
+
+
+def test_a_native_call_pays_only_once_completed_and_a_level_without_work_is_cleared():
+    levels = Levels(0, owed_ratio(0.25))
+    levels.waiting[LOW] = 1
+    levels.account([Stub(HIGH)], 90 * MS)
+    assert levels.owed(LOW) == 30 * MS
+    levels.waiting[LOW] = 0
+    levels.account([Stub(LOW, native=True)], 150 * MS)          # a call that may yet be stopped pays nothing
+    assert levels.owed(LOW) == 30 * MS
+    levels.pay(LOW, 10 * MS)                                    # (the scheduler, when it completes)
+    assert levels.owed(LOW) == 20 * MS
+    levels.account([], 151 * MS)                                # no LOW work left: no credit kept
+    assert levels.owed(LOW) == 0
+
+
+def test_a_turn_may_overshoot_into_a_debt_that_running_outside_a_turn_never_forgives():
+    levels = Levels(0, owed_ratio(0.25))
+    low = Stub(LOW)
+    levels.waiting[LOW] = 1
+    levels.account([Stub(HIGH)], 30 * MS)
+    assert levels.due([], HIGH, 10 * MS) == LOW
+    levels.turn = low
+    levels.waiting[LOW] = 0
+    levels.pay(LOW, 25 * MS)                                    # a native call longer than the turn
+    assert levels.owed(LOW) == -15 * MS
+    levels.turn = None
+    levels.account([low], 35 * MS)
+    levels.account([], 40 * MS)                                 # (idle: a debt is kept)
+    assert levels.owed(LOW) == -15 * MS
+    levels.waiting[LOW] = 1
+    assert levels.due([], HIGH, 1) is None
+    assert levels.due_in([Stub(HIGH)], 10 * MS) == 75 * MS      # the debt first, then a turn's worth
+
+
+def test_the_most_owed_level_below_other_work_comes_due():
+    levels = Levels(0, owed_ratio(0.25))
+    levels.waiting[LOW] = levels.waiting[MEDIUM] = 1
+    levels.account([Stub(HIGH)], 120 * MS)                      # both owed 40 ms
+    levels.waiting[MEDIUM] = 0
+    levels.account([Stub(HIGH), Stub(MEDIUM)], 135 * MS)        # LOW owed 10 ms more, MEDIUM paid 15
+    assert (levels.owed(LOW), levels.owed(MEDIUM)) == (50 * MS, 25 * MS)
+    levels.waiting[MEDIUM] = 1
+    assert levels.due([], HIGH, 20 * MS) == LOW
+    assert levels.due([Stub(MEDIUM)], MEDIUM, 20 * MS) == LOW
+    assert levels.due([], LOW, 20 * MS) is None                 # nothing above it: no turn needed
+    assert levels.due_in([Stub(HIGH)], 40 * MS) == 0            # LOW is due already
+    assert Levels(0, owed_ratio(0.25)).due_in([Stub(HIGH)], 40 * MS) is None   # nothing waits
+
+
+# --- the scheduler -------------------------------------------------------------------------------
+class Steps:
+    """A task of `steps` units of 1 ms of fake time, each after a checkpoint, logged as (name, step)."""
+
+    def __init__(self, clock: FakeClock, log: list, name: str, steps: int) -> None:
+        self.clock, self.log, self.name, self.steps = clock, log, name, steps
+
+    def __call__(self) -> None:
+        for k in range(self.steps):
+            checkpoint(f"{self.name} step {k}")
+            self.clock.advance(MS)
+            self.log.append((self.name, k))
+
+
+def run_on_thread(ticket, fn) -> threading.Thread:
+    t = threading.Thread(target=ticket.run, args=(fn,), daemon=True)
+    t.start()
+    return t
+
+
+def test_a_high_execution_arriving_during_a_low_turn_starts_at_the_checkpoint_where_the_turn_is_paid():
+    """HIGH runs 40 steps while LOW waits: at 30 ms LOW is owed 10 ms (a third) and gets its turn at HIGH's
+    checkpoint; HIGH waits through the 10 steps of the turn (not preempting it) and takes the slot back at the
+    LOW checkpoint after them; LOW finishes after HIGH."""
+    clock = FakeClock()
+    s = Scheduler(workers=1, clock=clock, turn_ns=10 * MS)
+    log: list = []
+    high = s.submit(priority=HIGH)
+    low = s.submit(priority=LOW)
+    threads = [run_on_thread(high, Steps(clock, log, "high", 40)), run_on_thread(low, Steps(clock, log, "low", 20))]
+    for t in threads:
+        t.join(WAIT)
+        assert not t.is_alive()
+    assert log == ([("high", k) for k in range(30)] + [("low", k) for k in range(10)]
+                   + [("high", k) for k in range(30, 40)] + [("low", k) for k in range(10, 20)])
+    assert low.turns == 1 and low.preempted_at == ["low step 10"]
+    assert high.preempted_at == ["high step 30"]
+    assert s.snapshot()["turns"] == 1 and s.snapshot()["running"] == 0 and s._free == s.workers
+
+
+class HighStream:
+    """Continuous HIGH work: each task of `steps` submits the next before it starts, so one always waits.
+    The first task steps once `go` is set."""
+
+    def __init__(self, s: Scheduler, clock: FakeClock, log: list, steps: int, go: bool = True) -> None:
+        self.s, self.clock, self.log, self.steps = s, clock, log, steps
+        self.go = threading.Event()
+        if go:
+            self.go.set()
+        self.stop = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.tickets = []
+        self._next()
+
+    def _next(self) -> None:
+        ticket = self.s.submit(priority=HIGH)
+        self.tickets.append(ticket)
+        self.threads.append(run_on_thread(ticket, self._task))
+
+    def _task(self) -> None:
+        if not self.stop.is_set():
+            self._next()
+        assert self.go.wait(WAIT)
+        Steps(self.clock, self.log, "high", self.steps)()
+
+    def end(self) -> None:
+        self.stop.set()
+        k = 0
+        while k < len(self.threads):  # (a task submits the next before it ends: joined in order)
+            self.threads[k].join(WAIT)
+            assert not self.threads[k].is_alive()
+            k += 1
+
+
+def test_low_work_keeps_a_quarter_of_the_running_time_under_continuous_high_work():
+    clock = FakeClock()
+    s = Scheduler(workers=1, clock=clock)                       # turns of 40 ms
+    log: list = []
+    stream = HighStream(s, clock, log, steps=5, go=False)
+    low = s.submit(priority=LOW)
+    stream.go.set()
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (low.run(Steps(clock, log, "low", 120)), done.set()), daemon=True)
+    t.start()
+    assert done.wait(WAIT)
+    stream.end()
+    t.join(WAIT)
+    until_done = log[:max(k for k, (name, _) in enumerate(log) if name == "low") + 1]
+    low_share = sum(1 for name, _ in until_done if name == "low") / len(until_done)
+    assert low.turns == 3 and low_share == 0.25
+    # Turns of 40 steps (a turn's worth), each after 120 steps of HIGH work, never interleaved with them.
+    assert _run_lengths(until_done) == [("high", 120), ("low", 40)] * 3
+
+
+def _run_lengths(log: list) -> list[tuple[str, int]]:
+    runs: list[tuple[str, int]] = []
+    for name, _ in log:
+        if runs and runs[-1][0] == name:
+            runs[-1] = (name, runs[-1][1] + 1)
+        else:
+            runs.append((name, 1))
+    return runs
+
+
+def test_without_a_share_low_work_waits_for_the_high_work_to_end():
+    clock = FakeClock()
+    s = Scheduler(workers=1, clock=clock, share=0)
+    log: list = []
+    stream = HighStream(s, clock, log, steps=5)
+    low = s.submit(priority=LOW)
+    t = run_on_thread(low, Steps(clock, log, "low", 5))
+    while len(stream.tickets) < 60:                             # 300 ms of HIGH work
+        assert t.is_alive()
+        threading.Event().wait(0.001)
+    assert not any(name == "low" for name, _ in log)
+    stream.end()
+    t.join(WAIT)
+    assert low.turns == 0 and log[-5:] == [("low", k) for k in range(5)]
+
+
+class Cancelled(Exception):
+    """A fake native call that was stopped."""
+
+
+def restartable(clock: FakeClock, calls: list, in_call: threading.Event, steps: int):
+    """LOW work that is one native call of `steps` ms, stopped by the scheduler and then run again from the
+    start (as `base.native.run_native` does): `calls` logs (turn?, stopped?) per attempt. The first call
+    sets `in_call` and waits to be stopped."""
+    def work() -> None:
+        ticket = current()
+        while True:
+            stopped = threading.Event()
+            on_turn = ticket.on_turn
+            try:
+                with ticket.preemptible(stopped.set):
+                    if not calls:  # the first call is in flight when HIGH work arrives
+                        in_call.set()
+                        assert stopped.wait(WAIT)
+                    for _ in range(steps):
+                        if stopped.is_set():
+                            raise Cancelled()
+                        clock.advance(MS)
+                calls.append((on_turn, False))
+                return
+            except Cancelled:
+                calls.append((on_turn, True))
+                checkpoint("call stopped")
+    return work
+
+
+def test_low_work_that_can_only_restart_finishes_on_a_turn_that_nothing_stops():
+    """A LOW native call of 60 ms is stopped when HIGH work arrives (its time was wasted, not paid); HIGH work
+    then never ends, and the call runs again on a turn, which HIGH work neither stops nor preempts though it
+    runs longer than the turn. The overshoot is a debt: the next LOW work waits longer for its turn."""
+    clock = FakeClock()
+    s = Scheduler(workers=1, clock=clock, handoff_ns=0)
+    calls: list = []
+    in_call = threading.Event()
+    low = s.submit(priority=LOW)
+    done = threading.Event()
+    t = threading.Thread(target=lambda: (low.run(restartable(clock, calls, in_call, 60)), done.set()), daemon=True)
+    t.start()
+    assert in_call.wait(WAIT)
+    log: list = []
+    stream = HighStream(s, clock, log, steps=5)
+    assert done.wait(WAIT)
+    assert calls == [(False, True), (True, False)] and low.turns == 1
+    assert -20 * MS <= low.app.levels.owed(LOW) <= -19 * MS     # the turn's 40 ms less the 60 ms call
+    stream.end()
+    t.join(WAIT)
+    assert s.snapshot()["running"] == 0 and s._free == s.workers
