@@ -1,6 +1,7 @@
 """Lower priorities keep a share (`nnapi.qos.shares`): under continuous higher-priority work of its app, LOW
-work gets turns worth a quarter of the running time, a HIGH execution that arrives during a turn starts at
-the checkpoint where the turn is paid, and LOW work that can only restart (a cancelled native call) finishes.
+work gets turns worth its share of the running time (a quarter here), a HIGH execution that arrives during a
+turn starts at the checkpoint where the turn is paid, and LOW work that can only restart (a cancelled native
+call) finishes.
 
 A fake clock moves only inside the work (1 ms per step), and with one slot only one task steps at a time,
 so every figure here is exact, not timed."""
@@ -42,6 +43,20 @@ def test_a_waiting_level_is_owed_a_third_of_the_higher_levels_running_time_and_p
     assert levels.owed(LOW) == 0
 
 
+def test_work_beside_higher_priority_work_pays_only_on_its_turn():
+    """Beside HIGH work, LOW work pauses at its next checkpoint or runs native code in the OS's background:
+    it makes little progress, is owed more, and pays nothing; on its turn it pays as it runs."""
+    levels = Levels(0, owed_ratio(0.25))
+    low = Stub(LOW)
+    levels.account([Stub(HIGH), low], 30 * MS)
+    assert levels.owed(LOW) == 10 * MS
+    levels.turn = low
+    levels.account([Stub(HIGH), low], 36 * MS)                  # owed 2 ms more, paid 6
+    assert levels.owed(LOW) == 6 * MS and levels.turn is low
+    levels.account([Stub(HIGH), low], 45 * MS)                  # paid: the turn is over
+    assert levels.owed(LOW) == 0 and levels.turn is None
+
+
 def test_a_native_call_pays_only_once_completed_and_a_level_without_work_is_cleared():
     levels = Levels(0, owed_ratio(0.25))
     levels.waiting[LOW] = 1
@@ -80,8 +95,8 @@ def test_the_most_owed_level_below_other_work_comes_due():
     levels.waiting[LOW] = levels.waiting[MEDIUM] = 1
     levels.account([Stub(HIGH)], 120 * MS)                      # both owed 40 ms
     levels.waiting[MEDIUM] = 0
-    levels.account([Stub(HIGH), Stub(MEDIUM)], 135 * MS)        # LOW owed 10 ms more, MEDIUM paid 15
-    assert (levels.owed(LOW), levels.owed(MEDIUM)) == (50 * MS, 25 * MS)
+    levels.account([Stub(MEDIUM)], 135 * MS)                    # MEDIUM alone pays 15 ms, LOW is owed 5 more
+    assert (levels.owed(LOW), levels.owed(MEDIUM)) == (45 * MS, 25 * MS)
     levels.waiting[MEDIUM] = 1
     assert levels.due([], HIGH, 20 * MS) == LOW
     assert levels.due([Stub(MEDIUM)], MEDIUM, 20 * MS) == LOW
@@ -115,7 +130,7 @@ def test_a_high_execution_arriving_during_a_low_turn_starts_at_the_checkpoint_wh
     checkpoint; HIGH waits through the 10 steps of the turn (not preempting it) and takes the slot back at the
     LOW checkpoint after them; LOW finishes after HIGH."""
     clock = FakeClock()
-    s = Scheduler(workers=1, clock=clock, turn_ns=10 * MS)
+    s = Scheduler(workers=1, clock=clock, turn_ns=10 * MS, share=0.25)
     log: list = []
     high = s.submit(priority=HIGH)
     low = s.submit(priority=LOW)
@@ -166,7 +181,7 @@ class HighStream:
 
 def test_low_work_keeps_a_quarter_of_the_running_time_under_continuous_high_work():
     clock = FakeClock()
-    s = Scheduler(workers=1, clock=clock)                       # turns of 40 ms
+    s = Scheduler(workers=1, clock=clock, share=0.25, turn_ns=40 * MS)
     log: list = []
     stream = HighStream(s, clock, log, steps=5, go=False)
     low = s.submit(priority=LOW)
@@ -245,7 +260,7 @@ def test_low_work_that_can_only_restart_finishes_on_a_turn_that_nothing_stops():
     then never ends, and the call runs again on a turn, which HIGH work neither stops nor preempts though it
     runs longer than the turn. The overshoot is a debt: the next LOW work waits longer for its turn."""
     clock = FakeClock()
-    s = Scheduler(workers=1, clock=clock, handoff_ns=0)
+    s = Scheduler(workers=1, clock=clock, handoff_ns=0, share=0.25, turn_ns=40 * MS)
     calls: list = []
     in_call = threading.Event()
     low = s.submit(priority=LOW)

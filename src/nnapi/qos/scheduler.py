@@ -33,7 +33,7 @@ again (Q4): results are those of an uninterrupted run. `policy="fifo"` turns pri
 and preemption off (the baseline the QoS benchmark compares with).
 
 No priority starves (`shares`): while an app's higher-priority work runs, its waiting lower-priority
-work is owed `share` of the running time (a quarter by default); once owed `turn_ns` it gets a turn:
+work is owed `share` of the running time (a third by default); once owed `turn_ns` it gets a turn:
 the app's next slot ahead of its higher priorities, kept (not lent, its native call not stopped)
 until what it was owed is paid. A native call that was stopped pays nothing, so work that can only
 restart still finishes, on a turn.
@@ -86,7 +86,7 @@ class Scheduler:
     def __init__(self, workers: int | None = None, capacity: int = 256, *,
                  clock: Callable[[], int] = time.monotonic_ns, quantum_ns: int | None = 20_000_000,
                  exclusive: bool = True, policy: str = "priority", name: str = "driver",
-                 handoff_ns: int = 2_000_000, share: float = 0.25, turn_ns: int = 40_000_000) -> None:
+                 handoff_ns: int = 2_000_000, share: float = 1 / 3, turn_ns: int = 50_000_000) -> None:
         if policy not in ("priority", "fifo"):
             raise ValueError(f"unknown scheduling policy {policy!r}")
         self.workers = max(1, int(workers if workers is not None else (os.cpu_count() or 1)))
@@ -400,11 +400,11 @@ class Scheduler:
         ticket.lent = False
         ticket.owed = False
         lender, ticket.borrowed = ticket.borrowed, None
-        if lender is not None and lender.state == RUNNING and not self.handoff_ns and lender.preempt is None:
-            # Native work that can be neither stopped nor paused soon (no hand-off wait, no `preemptible`
-            # stop: an XLA sub-model): the work it lent its slot to stopped first, so the slots in use
-            # are back to `workers` and it need not pause any more; flagged as lent, the next
-            # higher-priority work would queue behind it until its next checkpoint.
+        if lender is not None and lender.state == RUNNING and not self.handoff_ns:
+            # Native work without a hand-off wait (an XLA sub-model, or an OpenVINO call being stopped,
+            # whose thread may wait long for a CPU at the OS's lowest priority): the work it lent its slot
+            # to stopped first, so the slots in use are back to `workers` and it need not pause any more;
+            # flagged as lent, the next higher-priority work would queue behind it until its checkpoint.
             lender.lent = False
 
     def _update_flags(self) -> None:

@@ -3,11 +3,14 @@
 Within an app, higher priority runs first (Q1). Left at that, LOW work never runs while HIGH work is
 continuous, and LOW work that a driver can only restart (a cancelled native call, Q4) never finishes
 while HIGH work keeps arriving. So each app keeps a ledger of its levels (`Levels`):
-- while a level has work waiting and higher levels of the app run, it is *owed* `share / (1 - share)`
-  of their running time (all their slots counted): with share 0.25, a quarter of the running time
-  when both saturate;
-- its own useful running time pays the debt back: work between checkpoints as it runs, a native call
-  that may be stopped only once it has completed (a stopped call's time was wasted, not given);
+- while a level has work (waiting, or running beside them: paused soon, or in a native call that
+  may be stopped) and higher levels of the app run, it is *owed* `share / (1 - share)` of their
+  running time (all their slots counted): with share 1/3, a third of the running time when both
+  saturate;
+- its own useful running time pays the debt back: work between checkpoints as it runs while no higher
+  level runs (beside them it pauses at its next checkpoint, or runs native code in the OS's
+  background) or on its turn, a native call that may be stopped only once it has completed (a
+  stopped call's time was wasted, not given);
 - outside a turn the ledger never goes below zero (running while the higher levels idle banks
   nothing), and what a level is owed is cleared when it has no work left (no credit for a past backlog).
 Once a level is owed `turn_ns`, its oldest waiting work gets a *turn*: the scheduler grants it the
@@ -63,15 +66,17 @@ class Levels:
         self.accounted = now
         if dt > 0:
             for rank in range(RANKS):
-                if self.waiting[rank]:
-                    higher = sum(1 for t in running if t.rank > rank)
-                    if higher:
-                        self._owed[rank] += dt * higher * self._num
-                paying = sum(1 for t in running if t.rank == rank and t.native_since is None)
+                higher = sum(1 for t in running if t.rank > rank)
+                if self.waiting[rank] or any(t.rank == rank for t in running):
+                    self._owed[rank] += dt * higher * self._num
+                elif self._owed[rank] > 0:
+                    self._owed[rank] = 0  # the level has no work left: its backlog is over
+                # Useful running: alone at the top of the app, or on the turn (beside higher work, other
+                # work pauses soon or runs native code in the OS's background: little progress).
+                paying = sum(1 for t in running if t.rank == rank and t.native_since is None
+                             and (not higher or t is self.turn))
                 if paying:
                     self.pay(rank, dt * paying)
-                elif self._owed[rank] > 0 and not self.waiting[rank] and not any(t.rank == rank for t in running):
-                    self._owed[rank] = 0  # the level has no work left: its backlog is over
         turn = self.turn
         if turn is not None and turn.native_since is None and self._owed[turn.rank] <= 0:
             self.turn = None  # paid: the app's priorities hold again
@@ -118,7 +123,7 @@ class Levels:
             return None
         soonest = None
         for rank in range(RANKS):
-            if not self.waiting[rank]:
+            if not (self.waiting[rank] or any(t.rank == rank for t in running)):
                 continue
             higher = sum(1 for t in running if t.rank > rank)
             if not higher:
