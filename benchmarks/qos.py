@@ -1,40 +1,55 @@
-"""Benchmark: quality of service on the reference driver (issue 8, Q1-Q7).
+"""Benchmark: quality of service on every driver, in-process and served (issues 8 and 36, Q1-Q7).
 
-Three figures, one run, side by side:
+Per device (`--device`: reference, xla or openvino), a HIGH-priority model of a few ms and a LOW-priority
+model of tens of ms on that device (`MODELS`: on the compiling drivers a LOW model of many operations, so
+a HIGH execution that had to wait for a whole LOW run would wait tens of ms: it waits at most for one of
+its checkpoints, an operation of the reference interpreter, a sub-model of XLA, a node of OpenVINO).
+Four figures:
 
-1. High-priority latency. A HIGH-priority model (a chain of ADD/MUL on 4096 floats, a few ms) is
-   executed `--runs` times with `--think-ms` between runs, measuring each call's latency (the three
-   configurations take turns in 6 rounds, so the machine's busy spells hit them alike):
+1. High-priority latency. The HIGH model is executed `--runs` times with `--think-ms` between runs,
+   measuring each call's latency (the configurations take turns in 6 rounds, so the machine's busy
+   spells hit them alike):
    - alone, on an idle device;
-   - under load: two threads of the same app run a LOW-priority model (a long chain on 16384
-     floats, tens of ms) back to back, saturating a device with 2 workers; with the QoS scheduler
-     (priorities, preemption at the interpreter's checkpoints);
-   - under the same load with plain first-in-first-out scheduling (`policy="fifo"`, 2 workers):
-     the baseline.
+   - under load: two threads of the same app run the LOW model back to back, saturating a device with
+     2 workers; with the QoS scheduler (priorities, preemption at checkpoints, stopped native calls);
+   - under the same load with plain first-in-first-out scheduling (`policy="fifo"`, 2 workers): the
+     baseline (in-process only: a service's driver schedules as it is made).
    Goal: p99 under load <= 1.5x p99 alone, and far better than FIFO.
-2. Time to refuse a predicted miss: the HIGH model has a history; each call gets a deadline shorter
-   than its fastest run, so the driver answers MISSED_DEADLINE_PERSISTENT before starting
-   (validation included). Goal < 1 ms.
-3. Abort lag: a WHILE model whose iteration count is an input runs once with 1 iteration (its
-   history says "fast"), then with 10^9 iterations and a 100 ms deadline; the lag is from the
-   deadline to the moment the call returns MISSED_DEADLINE_TRANSIENT. Goal < 10 ms.
+2. Low-priority throughput. Two threads run the LOW model back to back, alone and beside 2 threads
+   running the HIGH model back to back (saturating HIGH load), in 3 rounds each: LOW runs per second
+   under that load over LOW runs per second alone. Goal >= 0.2 (the scheduler keeps LOW a quarter of
+   the running time while HIGH work is continuous: `qos.shares`).
+3. Time to refuse a predicted miss (reference driver, in-process): the HIGH model has a history; each
+   call gets a deadline shorter than its fastest run, so the driver answers MISSED_DEADLINE_PERSISTENT
+   before starting (validation included). Goal < 1 ms.
+4. Abort lag (reference driver, in-process): a WHILE model whose iteration count is an input runs once
+   with 1 iteration (its history says "fast"), then with 10^9 iterations and a 100 ms deadline; the lag
+   is from the deadline to the moment the call returns MISSED_DEADLINE_TRANSIENT. Goal < 10 ms.
+Every output of every run under load is checked against the output of a run alone (bit-identical).
 
-Everything goes through the HAL (`execute_synchronously`) of `ReferenceDevice`s made here, so the
-figures are the scheduler's, not the runtime's. usage: python benchmarks/qos.py [--runs N]
-[--think-ms T] [--plot FILE.png]. The last line printed is one JSON object holding every figure.
-`--plot` draws every execution's latency over time per priority (HIGH, and the LOW background load)
-in each configuration, the HIGH latency distributions side by side, and the deadline misses of
-sections 2 and 3 (needs matplotlib: pip install 'nnapi[plot]').
+Everything goes through the HAL (`execute_synchronously`): of devices made here, or with `--served` of
+the proxy of an `nnapi serve --driver D` the benchmark starts and stops (2 workers, the same for the
+app's HIGH and LOW models), so the figures are the scheduler's, not the runtime's. usage: python
+benchmarks/qos.py [--device D] [--served] [--repeat N] [--runs N] [--think-ms T] [--seconds S]
+[--plot FILE.png]. `--repeat N` measures figures 1 and 2 N times and reports the min / median / max of
+their ratios. The last line printed is one JSON object holding every figure. `--plot` draws every
+execution's latency over time per priority (HIGH, and the LOW background load) in each configuration,
+the HIGH latency distributions side by side, and the deadline misses of sections 3 and 4 (needs
+matplotlib: pip install 'nnapi[plot]').
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import shutil
 import statistics
+import tempfile
 import threading
 import time
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -48,15 +63,66 @@ from nnapi.qos import Scheduler
 
 FAST = ExecutionPreference.FAST_SINGLE_ANSWER
 WORKERS = 2
-HIGH_OPS, HIGH_SIZE = 40, 4096
-LOW_OPS, LOW_SIZE = 400, 16384
 #: The start of the run: execution timelines count from here.
 ORIGIN = time.perf_counter()
+
+
+class Spec(NamedTuple):
+    """A benchmark model: `kind` "chain" (n operations alternating ADD and MUL on `size` floats) or "mlp"
+    (n FULLY_CONNECTED layers with RELU6, `batch` rows of `size` features)."""
+
+    kind: str
+    n: int
+    size: int
+    batch: int = 1
+
+    def build(self, seed: int) -> nnapi.Model:
+        return chain(self.n, self.size, seed) if self.kind == "chain" else mlp(self.n, self.batch, self.size, seed)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.size,) if self.kind == "chain" else (self.batch, self.size)
+
+    def describe(self) -> str:
+        if self.kind == "chain":
+            return f"{self.n} ADD/MUL on {self.size} floats"
+        return f"{self.n} FULLY_CONNECTED {self.size}x{self.size} on {self.batch} rows"
+
+
+#: (HIGH, LOW) per device: a few ms and tens of ms there. The compiling drivers fuse a chain of
+#: elementwise operations into one kernel (one OpenVINO node of ~2 ms, however long), so their LOW model is
+#: a stack of layers: 32 OpenVINO nodes of about 1 ms, 3 XLA sub-models.
+MODELS = {
+    "reference": (Spec("chain", 40, 4096), Spec("chain", 400, 16384)),
+    "xla": (Spec("mlp", 8, 512, 16), Spec("mlp", 32, 512, 64)),
+    "openvino": (Spec("mlp", 8, 512, 16), Spec("mlp", 32, 512, 64)),
+}
 
 
 def chain(n: int, size: int, seed: int) -> nnapi.Model:
     """x -> n operations alternating ADD and MUL (constants near 1, so long chains stay finite)."""
     return alternating_chain(n, size, seed=seed, spread=0.1)
+
+
+def mlp(n: int, batch: int, width: int, seed: int) -> nnapi.Model:
+    """x [batch, width] -> n FULLY_CONNECTED layers (weights scaled by 1/sqrt(width)) with RELU6."""
+    rng = np.random.default_rng(seed)
+    m = nnapi.Model()
+    x = m.add_operand(T.TENSOR_FLOAT32, (batch, width))
+    relu6 = m.add_operand(T.INT32)
+    m.set_operand_value(relu6, 3)
+    cur = x
+    for _ in range(n):
+        w = m.add_operand(T.TENSOR_FLOAT32, (width, width))
+        m.set_operand_value(w, (rng.normal(size=(width, width)) / np.sqrt(width)).astype(np.float32))
+        b = m.add_operand(T.TENSOR_FLOAT32, (width,))
+        m.set_operand_value(b, (rng.normal(size=width) * 0.1).astype(np.float32))
+        y = m.add_operand(T.TENSOR_FLOAT32, (batch, width))
+        m.add_operation(Op.FULLY_CONNECTED, [cur, w, b, relu6], [y])
+        cur = y
+    m.identify_inputs_and_outputs([x], [cur])
+    m.finish()
+    return m
 
 
 def while_model(size: int = 16384) -> nnapi.Model:
@@ -109,80 +175,223 @@ def while_model(size: int = 16384) -> nnapi.Model:
 
 
 def request(inputs: list[np.ndarray], *outs: np.ndarray) -> Request:
-    arrays = [np.ascontiguousarray(x).reshape(-1) for x in inputs] + list(outs)
+    """A HAL request over the arrays in place (their shapes as the arguments' dimensions)."""
+    arrays = [np.ascontiguousarray(x) for x in inputs] + list(outs)
     args = [RequestArgument(False, DataLocation(k, 0, a.nbytes), tuple(a.shape)) for k, a in enumerate(arrays)]
-    return Request(args[:len(inputs)], args[len(inputs):], [MemoryPool(pointer=a) for a in arrays])
+    return Request(args[:len(inputs)], args[len(inputs):], [MemoryPool(pointer=a.reshape(-1)) for a in arrays])
 
 
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q))
 
 
-class Setup:
-    """One device with the HIGH and LOW models prepared; `measure` times HIGH executions."""
+class Workload:
+    """One model prepared at one priority, with what a thread needs to run it and check its output."""
 
-    def __init__(self, device: ReferenceDevice, high_model, low_model) -> None:
+    def __init__(self, device, spec: Spec, seed: int, priority: Priority) -> None:
+        self.spec = spec
+        self.model = spec.build(seed)  # (the HAL model points into it: kept alive)
+        self.prepared = device.prepare_model(self.model.to_hal(), FAST, priority, None, None, None)
+        self.x = np.random.default_rng(seed).normal(size=spec.shape).astype(np.float32)
+        req, out = self.request()
+        started = time.perf_counter()
+        for _ in range(3):  # warm up; the output of a run alone
+            self.run(req)
+        self.alone_ms = (time.perf_counter() - started) * 1000 / 3
+        self.expected = out.copy()
+
+    def request(self) -> tuple[Request, np.ndarray]:
+        """A request of its own (one per thread) and its output array."""
+        out = np.zeros(self.spec.shape, np.float32)
+        return request([self.x], out), out
+
+    def run(self, req: Request) -> None:
+        self.prepared.execute_synchronously(req, MeasureTiming.NO, None, None)
+
+
+class Setup:
+    """One device with the HIGH and LOW models prepared; `measure` times HIGH executions, `throughput`
+    counts LOW executions."""
+
+    def __init__(self, device, high: Spec, low: Spec) -> None:
         self.device = device
-        self.high = device.prepare_model(high_model.to_hal(), FAST, Priority.HIGH, None, None, None)
-        self.low = device.prepare_model(low_model.to_hal(), FAST, Priority.LOW, None, None, None)
-        x = np.random.default_rng(0).normal(size=HIGH_SIZE).astype(np.float32)
-        self.out = np.zeros(HIGH_SIZE, np.float32)
-        self.req = request([x], self.out)
-        for _ in range(5):  # warm up
-            self.high.execute_synchronously(self.req, MeasureTiming.NO, None, None)
-        self.expected = self.out.copy()
+        self.high = Workload(device, high, 1, Priority.HIGH)
+        self.low = Workload(device, low, 2, Priority.LOW)
         self.latencies: list[float] = []
         #: Every execution while measuring: (priority, start in seconds since ORIGIN, milliseconds).
         self.timeline: list[tuple[str, float, float]] = []
         self.low_runs = 0
         self.loaded_s = 0.0
+        #: The scheduler's preemptions and turns while measuring HIGH latency (in-process only).
+        self.counts = {"preemptions": 0, "turns": 0}
+        #: LOW runs per second per `throughput` round: alone, under saturating HIGH load.
+        self.low_rates: dict[bool, list[float]] = {False: [], True: []}
+
+    def _stream(self, work: Workload, stop: threading.Event, runs: list, name: str) -> threading.Thread:
+        """A thread running `work` back to back until `stop`, appending (start, end) per run to `runs`
+        and checking every output."""
+        def loop() -> None:
+            req, out = work.request()
+            while not stop.is_set():
+                begin = time.perf_counter()
+                work.run(req)
+                end = time.perf_counter()
+                assert np.array_equal(out, work.expected), f"{name} outputs changed under load"
+                runs.append((begin, end))
+                self.timeline.append((name, begin - ORIGIN, (end - begin) * 1000))
+
+        thread = threading.Thread(target=loop, daemon=True, name=f"qos-bench-{name}")
+        thread.start()
+        return thread
 
     def measure(self, loaded: bool, runs: int, think_s: float) -> None:
         """`runs` HIGH executions `think_s` apart, with or without two LOW streams on the device."""
         stop = threading.Event()
-        counts = [0, 0]
-
-        def low_stream(k: int) -> None:
-            lx = np.random.default_rng(k).normal(size=LOW_SIZE).astype(np.float32)
-            lreq = request([lx], np.zeros(LOW_SIZE, np.float32))
-            while not stop.is_set():
-                begin = time.perf_counter()
-                self.low.execute_synchronously(lreq, MeasureTiming.NO, None, None)
-                self.timeline.append(("LOW", begin - ORIGIN, (time.perf_counter() - begin) * 1000))
-                counts[k] += 1
-
-        streams = [threading.Thread(target=low_stream, args=(k,), daemon=True) for k in range(2)] if loaded else []
-        for t in streams:
-            t.start()
+        low_runs: list = []
+        before = self._counters()
+        start_all = time.perf_counter()
+        streams = [self._stream(self.low, stop, low_runs, "LOW") for _ in range(2)] if loaded else []
         if loaded:
             time.sleep(0.1)  # both streams running
-        start_all = time.perf_counter()
+        req, out = self.high.request()
         for _ in range(runs):
             start = time.perf_counter()
-            self.high.execute_synchronously(self.req, MeasureTiming.NO, None, None)
+            self.high.run(req)
             self.latencies.append((time.perf_counter() - start) * 1000)
             self.timeline.append(("HIGH", start - ORIGIN, self.latencies[-1]))
             time.sleep(think_s)
-        if loaded:
-            self.loaded_s += time.perf_counter() - start_all
         stop.set()
         for t in streams:
             t.join()
-        self.low_runs += sum(counts)
-        assert np.array_equal(self.out, self.expected), "outputs changed under load"
+        if loaded:  # (LOW runs per second from the streams' start to their end)
+            self.loaded_s += time.perf_counter() - start_all
+        self.low_runs += len(low_runs)
+        for key, value in self._counters().items():
+            self.counts[key] += value - before[key]
+        assert np.array_equal(out, self.high.expected), "HIGH outputs changed under load"
+
+    def throughput(self, loaded: bool, seconds: float) -> float:
+        """LOW runs per second of two LOW streams for `seconds`, alone or beside WORKERS streams of HIGH
+        work back to back (which go on until the LOW streams have ended their last runs)."""
+        stop_low, stop_high = threading.Event(), threading.Event()
+        per_stream: list[list] = [[], []]
+        high_runs: list = []
+        highs = [self._stream(self.high, stop_high, high_runs, "HIGH") for _ in range(WORKERS)] if loaded else []
+        if loaded:
+            time.sleep(0.05)
+        start = time.perf_counter()
+        lows = [self._stream(self.low, stop_low, per_stream[k], "LOW") for k in range(2)]
+        time.sleep(seconds)
+        stop_low.set()
+        for t in lows:
+            t.join()
+        stop_high.set()
+        for t in highs:
+            t.join()
+        rate = sum(len(runs) / (runs[-1][1] - start) for runs in per_stream if runs)
+        self.low_rates[loaded].append(rate)
+        return rate
+
+    def _counters(self) -> dict[str, int]:
+        scheduler = getattr(self.device, "scheduler", None)  # (None: a service's proxy)
+        snapshot = scheduler.snapshot() if scheduler is not None else {}
+        return {key: snapshot.get(key, 0) for key in self.counts}
 
     def summary(self) -> dict:
         lat = self.latencies
         return {"p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99), "mean_ms": statistics.fmean(lat),
                 "max_ms": max(lat), "low_runs_per_s": self.low_runs / self.loaded_s if self.loaded_s else 0.0,
-                "preemptions": self.device.scheduler.snapshot()["preemptions"]}
+                **self.counts}
 
 
-def refusal_time(high_model, calls: int, record: list[float] | None = None) -> dict:
+def make_device(name: str, *, policy: str = "priority"):
+    """A fresh in-process device of driver `name` with WORKERS slots (FIFO: the baseline policy), its
+    scheduler handing slots over as the driver's own does (`HANDOFF_NS`)."""
+    if name == "reference":
+        cls, options = ReferenceDevice, {}
+    elif name == "xla":
+        from nnapi.drivers.xla import XlaDevice
+        cls, options = XlaDevice, {"optimize_after": 0}
+    elif name == "openvino":
+        from nnapi.drivers.openvino.device import OpenVinoDevice
+        cls, options = OpenVinoDevice, {}
+    else:
+        raise SystemExit(f"qos.py: unknown device {name!r} (reference, xla or openvino)")
+    scheduler = Scheduler(WORKERS, policy=policy, name=name, handoff_ns=cls.HANDOFF_NS)
+    return cls(scheduler=scheduler, **options)
+
+
+@contextlib.contextmanager
+def served_device(name: str) -> Iterator[object]:
+    """`nnapi serve --driver name` with WORKERS slots (xla: its optimised executables at once), started
+    for the benchmark in a temporary folder, and the proxy of its device; stopped on the way out."""
+    from nnapi.service import connect, default_socket
+    from nnapi.service.cli import start
+    directory = tempfile.mkdtemp(prefix="nnapi-qos-bench-")
+    env = {**os.environ, f"NNAPI_{name.upper()}_WORKERS": str(WORKERS), "NNAPI_XLA_OPTIMIZE_AFTER": "0"}
+    try:
+        service = start(name, default_socket(name, directory), os.path.join(directory, "state"), env=env)
+    except RuntimeError as e:
+        raise SystemExit(f"qos.py: {e}") from None
+    device = None
+    try:
+        device = connect(service.socket)
+        yield device
+    finally:
+        if device is not None:
+            device.close()
+        service.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def checkpoints(setup: Setup) -> int | None:
+    """The LOW model's checkpoints per run in-process: operations (reference), sub-models (xla), nodes of
+    the compiled graph (openvino); None for a served driver."""
+    prepared = setup.low.prepared
+    if hasattr(prepared, "segments"):
+        return len(prepared.segments)
+    if hasattr(prepared, "compiled"):
+        return sum(1 for op in prepared.compiled.get_runtime_model().get_ordered_ops()
+                   if op.get_type_name() not in ("Parameter", "Result", "Constant"))
+    if hasattr(prepared, "model") and setup.device.__class__ is ReferenceDevice:
+        return len(prepared.model.main.operations)
+    return None
+
+
+def one_run(setups: dict[str, Setup], runs: int, think: float, seconds: float) -> dict:
+    """HIGH latency alone, under LOW load with the QoS scheduler (and with FIFO), interleaved in rounds;
+    then LOW throughput alone and under saturating HIGH load, interleaved in rounds. The figures of this
+    run only (the setups keep every run's executions)."""
+    for setup in setups.values():
+        setup.latencies.clear()
+        setup.low_runs, setup.loaded_s = 0, 0.0
+        setup.counts = dict.fromkeys(setup.counts, 0)
+        setup.low_rates = {False: [], True: []}
+    rounds = 6
+    for r in range(rounds):
+        per_round = runs // rounds + (1 if r < runs % rounds else 0)
+        for name, setup in setups.items():
+            setup.measure(name != "alone", per_round, think)
+    qos = setups["qos"]
+    for _ in range(3):
+        qos.throughput(False, seconds / 3)
+        qos.throughput(True, seconds / 3)
+    alone_rate, loaded_rate = (statistics.fmean(qos.low_rates[k]) for k in (False, True))
+    summaries = {k: s.summary() for k, s in setups.items()}
+    return {**summaries, "low_alone_runs_per_s": alone_rate, "low_loaded_runs_per_s": loaded_rate,
+            "low_throughput_ratio": loaded_rate / alone_rate,
+            "p99_ratio": summaries["qos"]["p99_ms"] / summaries["alone"]["p99_ms"]}
+
+
+def spread(values: list[float]) -> dict:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
+def refusal_time(high_model, calls: int, record: list[float] | None = None, size: int = 4096) -> dict:
     device = ReferenceDevice(workers=WORKERS)
     high = device.prepare_model(high_model.to_hal(), FAST, Priority.HIGH, None, None, None)
-    x = np.zeros(HIGH_SIZE, np.float32)
-    req = request([x], np.zeros(HIGH_SIZE, np.float32))
+    x = np.zeros(size, np.float32)
+    req = request([x], np.zeros(size, np.float32))
     for _ in range(5):
         high.execute_synchronously(req, MeasureTiming.NO, None, None)
     budget = high.stats.lower_ns() // 4
@@ -226,121 +435,129 @@ def abort_lag(repeats: int, deadline_ms: float = 100.0, record: list[float] | No
             "quick_run_ms": prepared.stats.lower_ns() / 1e6}
 
 
-def make_device(name: str, *, policy: str = "priority"):
-    """A fresh device of driver `name` with WORKERS slots (FIFO: the baseline policy), its scheduler
-    handing slots over as the driver's own does (`HANDOFF_NS`)."""
-    if name == "reference":
-        cls, options = ReferenceDevice, {}
-    elif name == "xla":
-        from nnapi.drivers.xla import XlaDevice
-        cls, options = XlaDevice, {"optimize_after": 0}
-    elif name == "openvino":
-        from nnapi.drivers.openvino.device import OpenVinoDevice
-        cls, options = OpenVinoDevice, {}
-    else:
-        cls = None
-    if cls is not None:
-        scheduler = Scheduler(WORKERS, policy=policy, name=name, handoff_ns=cls.HANDOFF_NS)
-        return cls(scheduler=scheduler, **options)
-    raise SystemExit(f"qos.py: unknown device {name!r} (reference, xla or openvino)")
-
-
-def one_run(device: str, runs: int, think: float, high_model, low_model) -> tuple[dict, dict]:
-    """HIGH latency alone, under LOW load with the QoS scheduler and with FIFO, interleaved in rounds."""
-    setups = {"alone": Setup(make_device(device), high_model, low_model),
-              "qos": Setup(make_device(device), high_model, low_model),
-              "fifo": Setup(make_device(device, policy="fifo"), high_model, low_model)}
-    rounds = 6
-    for r in range(rounds):
-        per_round = runs // rounds + (1 if r < runs % rounds else 0)
-        for name, setup in setups.items():
-            setup.measure(name != "alone", per_round, think)
-    return setups, {k: setups[k].summary() for k in ("alone", "qos", "fifo")}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="reference", help="the driver measured: reference, xla or openvino")
-    parser.add_argument("--repeat", type=int, default=1, help="repeat the latency measurement N times and report "
-                                                               "the spread of the p99 ratio")
+    parser.add_argument("--device", default="reference", choices=sorted(MODELS), help="the driver measured")
+    parser.add_argument("--served", action="store_true", help="through an `nnapi serve` of the driver that the "
+                                                               "benchmark starts and stops")
+    parser.add_argument("--repeat", type=int, default=1, help="measure figures 1 and 2 N times and report the "
+                                                               "spread of their ratios")
     parser.add_argument("--runs", type=int, default=300, help="high-priority executions per configuration")
     parser.add_argument("--think-ms", type=float, default=2.0, help="pause between high-priority executions")
+    parser.add_argument("--seconds", type=float, default=6.0, help="LOW throughput: seconds per configuration")
     parser.add_argument("--plot", metavar="FILE.png", help="draw latency over time per priority and the deadline "
                                                           "misses to this file (needs matplotlib)")
     args = parser.parse_args()
     if args.plot:
         check_plot_file(parser, args.plot)
     t0 = time.perf_counter()
-    global LOW_SIZE
-    if args.device != "reference":  # compiled drivers fuse the chain: a larger LOW model keeps them busy
-        LOW_SIZE = 1 << 20
-    high_model, low_model = chain(HIGH_OPS, HIGH_SIZE, 1), chain(LOW_OPS, LOW_SIZE, 2)
+    load_before = os.getloadavg()
+    high_spec, low_spec = MODELS[args.device]
     think = args.think_ms / 1000
-
-    # The three configurations take turns in rounds, so a busy spell of the machine hits them alike.
-    ratios = []
-    for _ in range(max(1, args.repeat)):
-        setups, summaries = one_run(args.device, args.runs, think, high_model, low_model)
-        alone, qos, fifo = summaries["alone"], summaries["qos"], summaries["fifo"]
-        ratios.append(qos["p99_ms"] / alone["p99_ms"])
+    where = "served" if args.served else "in-process"
+    with contextlib.ExitStack() as stack:
+        if args.served:
+            device = stack.enter_context(served_device(args.device))
+            setups = {"alone": Setup(device, high_spec, low_spec), "qos": Setup(device, high_spec, low_spec)}
+        else:
+            setups = {"alone": Setup(make_device(args.device), high_spec, low_spec),
+                      "qos": Setup(make_device(args.device), high_spec, low_spec),
+                      "fifo": Setup(make_device(args.device, policy="fifo"), high_spec, low_spec)}
+        figures = [one_run(setups, args.runs, think, args.seconds) for _ in range(max(1, args.repeat))]
+    last = figures[-1]
+    alone, qos, fifo = last["alone"], last["qos"], last.get("fifo")
+    ratios = [f["p99_ratio"] for f in figures]
+    throughput = [f["low_throughput_ratio"] for f in figures]
     refusals: list[float] = []
     lags: list[float] = []
-    refuse = refusal_time(high_model, 2000, refusals)
+    refuse = refusal_time(chain(40, 4096, 1), 2000, refusals)
     lag = abort_lag(10, record=lags)
+    qos_setup = setups["qos"]
+    steps = None if args.served else checkpoints(qos_setup)
+    low_ms = qos_setup.low.alone_ms
 
-    low_alone = make_device(args.device).prepare_model(low_model.to_hal(), FAST, Priority.LOW, None, None, None)
-    lx = np.zeros(LOW_SIZE, np.float32)
-    lreq = request([lx], np.zeros(LOW_SIZE, np.float32))
-    low_ms = []
-    for _ in range(5):
-        start = time.perf_counter()
-        low_alone.execute_synchronously(lreq, MeasureTiming.NO, None, None)
-        low_ms.append((time.perf_counter() - start) * 1000)
-
-    print(f"QoS on the {args.device} driver ({WORKERS} workers, {os.cpu_count()} CPUs): HIGH model {HIGH_OPS} ops on "
-          f"{HIGH_SIZE} floats, LOW model {LOW_OPS} ops on {LOW_SIZE} floats ({min(low_ms):.1f} ms alone)")
+    print(f"QoS on the {args.device} driver, {where} ({WORKERS} workers, {os.cpu_count()} CPUs, "
+          f"{cpu_model()}; load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} after)")
+    print(f"HIGH model: {high_spec.describe()} ({setups['alone'].high.alone_ms:.1f} ms alone); LOW model: "
+          f"{low_spec.describe()} ({low_ms:.1f} ms alone"
+          + (f", {steps} checkpoints: {low_ms / steps:.2f} ms each)" if steps else ")"))
     print(f"{'high-priority latency':<34} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} {'p99/alone':>10} "
-          f"{'low runs/s':>11} {'preemptions':>12}")
-    for name, r in (("alone", alone), ("under load, QoS scheduler", qos), ("under load, FIFO baseline", fifo)):
+          f"{'low runs/s':>11} {'preemptions':>12} {'turns':>6}")
+    rows = [("alone", alone), ("under load, QoS scheduler", qos)] + (
+        [("under load, FIFO baseline", fifo)] if fifo is not None else [])
+    for name, r in rows:
         print(f"{name:<34} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['max_ms']:8.2f} "
-              f"{r['p99_ms'] / alone['p99_ms']:10.2f} {r['low_runs_per_s']:11.1f} {r['preemptions']:12d}")
-    if len(ratios) > 1:
-        print(f"{'p99 under load / p99 alone':<34} over {len(ratios)} runs: min {min(ratios):.2f}, median "
-              f"{statistics.median(ratios):.2f}, max {max(ratios):.2f}   (goal <= 1.5)")
+              f"{r['p99_ms'] / alone['p99_ms']:10.2f} {r['low_runs_per_s']:11.1f} {r['preemptions']:12d} "
+              f"{r['turns']:6d}")
+    print(f"{'low-priority throughput':<34} {'runs/s':>8}")
+    print(f"{'alone (2 LOW streams)':<34} {last['low_alone_runs_per_s']:8.2f}")
+    print(f"{'under saturating HIGH load':<34} {last['low_loaded_runs_per_s']:8.2f}   ratio "
+          f"{last['low_throughput_ratio']:.2f} (goal >= 0.2)")
+    if len(figures) > 1:
+        for label, values, goal in (("p99 under load / p99 alone", ratios, "<= 1.5"),
+                                    ("LOW throughput loaded / alone", throughput, ">= 0.2")):
+            s = spread(values)
+            print(f"{label:<34} over {len(values)} runs: min {s['min']:.2f}, median {s['median']:.2f}, "
+                  f"max {s['max']:.2f}   (goal {goal})")
     print(f"{'refusing a predicted miss':<34} {refuse['p50_ms']:8.3f} {refuse['p99_ms']:8.3f} "
-          f"{refuse['max_ms']:8.3f}   (goal < 1 ms)")
-    print(f"{'abort lag after the deadline':<34} {lag['p50_ms']:8.3f} {'':>8} {lag['max_ms']:8.3f}   (goal < 10 ms)")
+          f"{refuse['max_ms']:8.3f}   (goal < 1 ms; reference, in-process)")
+    print(f"{'abort lag after the deadline':<34} {lag['p50_ms']:8.3f} {'':>8} {lag['max_ms']:8.3f}   "
+          "(goal < 10 ms; reference, in-process)")
 
+    p99_spread, throughput_spread = spread(ratios), spread(throughput)
     result = {
         "benchmark": "qos",
         "device": args.device,
+        "served": args.served,
         "p99_ratio_qos_runs": ratios,
+        "p99_ratio_qos_spread": p99_spread,
+        "low_throughput_ratio_runs": throughput,
+        "low_throughput_ratio_spread": throughput_spread,
         "workers": WORKERS,
         "runs": args.runs,
         "think_ms": args.think_ms,
-        "high_model": {"operations": HIGH_OPS, "size": HIGH_SIZE},
-        "low_model": {"operations": LOW_OPS, "size": LOW_SIZE, "alone_ms": min(low_ms)},
+        "repeat": len(figures),
+        "high_model": {"kind": high_spec.kind, "operations": high_spec.n, "size": high_spec.size,
+                       "batch": high_spec.batch, "alone_ms": setups["alone"].high.alone_ms},
+        "low_model": {"kind": low_spec.kind, "operations": low_spec.n, "size": low_spec.size,
+                      "batch": low_spec.batch, "alone_ms": low_ms, "checkpoints": steps},
         "alone": alone,
         "loaded_qos": qos,
         "loaded_fifo": fifo,
         "p99_ratio_qos": qos["p99_ms"] / alone["p99_ms"],
-        "p99_ratio_fifo": fifo["p99_ms"] / alone["p99_ms"],
+        "p99_ratio_fifo": fifo["p99_ms"] / alone["p99_ms"] if fifo else None,
         "p50_ratio_qos": qos["p50_ms"] / alone["p50_ms"],
-        "p50_ratio_fifo": fifo["p50_ms"] / alone["p50_ms"],
-        "fifo_over_qos_p99": fifo["p99_ms"] / qos["p99_ms"],
+        "p50_ratio_fifo": fifo["p50_ms"] / alone["p50_ms"] if fifo else None,
+        "fifo_over_qos_p99": fifo["p99_ms"] / qos["p99_ms"] if fifo else None,
+        "low_alone_runs_per_s": last["low_alone_runs_per_s"],
+        "low_loaded_runs_per_s": last["low_loaded_runs_per_s"],
+        "low_throughput_ratio": last["low_throughput_ratio"],
         "refusal": refuse,
         "abort_lag": lag,
-        "goals_met": {"p99_under_load_le_1_5x_alone": qos["p99_ms"] <= 1.5 * alone["p99_ms"],
+        "goals_met": {"p99_under_load_le_1_5x_alone": p99_spread["median"] <= 1.5,
+                      "low_throughput_ge_0_2": throughput_spread["median"] >= 0.2,
                       "refusal_lt_1ms": refuse["p99_ms"] < 1.0, "abort_lag_lt_10ms": lag["max_ms"] < 10.0},
         "seconds": time.perf_counter() - t0,
+        "load_average": {"before": load_before[0], "after": os.getloadavg()[0]},
+        "cpu": cpu_model(),
         "numpy": np.__version__,
         "python": platform.python_version(),
         "cpus": os.cpu_count(),
     }
     if args.plot:
-        plot(setups, alone, refusals, lags, lag["deadline_ms"], args.plot)
+        plot(setups, alone, refusals, lags, lag["deadline_ms"], args.plot, title=f"{args.device} driver, {where}")
         print(f"plot written to {args.plot}")
     print(json.dumps(result))
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), or the platform's processor."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+    except OSError:
+        names = []
+    return names[0] if names else platform.processor() or "unknown CPU"
 
 
 def check_plot_file(parser: argparse.ArgumentParser, path: str) -> None:
@@ -357,7 +574,7 @@ def check_plot_file(parser: argparse.ArgumentParser, path: str) -> None:
 
 
 def plot(setups: dict, alone: dict, refusals: list[float], lags: list[float], deadline_ms: float,
-         path: str) -> None:
+         path: str, title: str = "reference driver, in-process") -> None:
     """Latency over time per priority in each configuration (the LOW background load and the HIGH runs,
     the QoS goal line), the HIGH latency distributions, and the deadline misses: predicted misses
     refused before starting, and runs aborted after their deadline."""
@@ -421,7 +638,7 @@ def plot(setups: dict, alone: dict, refusals: list[float], lags: list[float], de
     ax.set_ylabel("run")
     ax.set_title(f"deadline misses aborted while running (deadline {deadline_ms:g} ms)", fontsize=10)
     ax.legend(fontsize=7, loc="center left")
-    fig.suptitle(f"QoS on the reference driver ({WORKERS} workers, {os.cpu_count()} CPUs)")
+    fig.suptitle(f"QoS on the {title} ({WORKERS} workers, {os.cpu_count()} CPUs)")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

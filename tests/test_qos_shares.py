@@ -27,6 +27,7 @@ class Stub:
     def __init__(self, rank: int, native: bool = False) -> None:
         self.rank = int(rank)
         self.native_since = 0 if native else None
+        self.pausing = False
 
 
 # --- the ledger -----------------------------------------------------------------------------------
@@ -55,6 +56,17 @@ def test_work_beside_higher_priority_work_pays_only_on_its_turn():
     assert levels.owed(LOW) == 6 * MS and levels.turn is low
     levels.account([Stub(HIGH), low], 45 * MS)                  # paid: the turn is over
     assert levels.owed(LOW) == 0 and levels.turn is None
+
+
+def test_the_time_work_gives_way_to_its_hosts_calls_is_owed_back_in_full():
+    levels = Levels(0, owed_ratio(0.25))
+    low = Stub(LOW)
+    low.pausing = True
+    levels.account([low], 7 * MS)
+    assert levels.owed(LOW) == 7 * MS
+    low.pausing = False
+    levels.account([low], 10 * MS)                              # then it runs: paid 3 ms
+    assert levels.owed(LOW) == 4 * MS
 
 
 def test_a_native_call_pays_only_once_completed_and_a_level_without_work_is_cleared():
@@ -143,6 +155,31 @@ def test_a_high_execution_arriving_during_a_low_turn_starts_at_the_checkpoint_wh
     assert low.turns == 1 and low.preempted_at == ["low step 10"]
     assert high.preempted_at == ["high step 30"]
     assert s.snapshot()["turns"] == 1 and s.snapshot()["running"] == 0 and s._free == s.workers
+
+
+@pytest.mark.parametrize("alone", [True, False])
+def test_with_a_free_slot_a_turn_runs_alone_or_beside_the_higher_priority_work(alone):
+    """Two slots, HIGH work running on one and LOW work waiting (Q1: it pauses while HIGH work runs). Once
+    owed its turn, LOW starts on the free slot; its app's HIGH work pauses at its next checkpoint where the
+    two would fight for the interpreter lock (`alone_turns`, the default with a hand-off wait), and runs on
+    beside the turn otherwise."""
+    clock = FakeClock()
+    s = Scheduler(workers=2, clock=clock, turn_ns=10 * MS, share=0.25, alone_turns=alone)
+    log: list = []
+    high = s.submit(priority=HIGH)
+    low = s.submit(priority=LOW)
+    assert s.snapshot()["queued"] == 1                          # a slot is free, but LOW waits for HIGH
+    threads = [run_on_thread(high, Steps(clock, log, "high", 40)), run_on_thread(low, Steps(clock, log, "low", 20))]
+    for t in threads:
+        t.join(WAIT)
+        assert not t.is_alive()
+    assert log[:30] == [("high", k) for k in range(30)] and low.turns == 1
+    if alone:
+        assert log[30:] == ([("low", k) for k in range(10)] + [("high", k) for k in range(30, 40)]
+                            + [("low", k) for k in range(10, 20)])
+        assert high.preempted_at == ["high step 30"]
+    else:
+        assert high.preemptions == 0 and sorted(log) == sorted(set(log))
 
 
 class HighStream:

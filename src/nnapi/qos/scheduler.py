@@ -50,7 +50,6 @@ handing it to each other starved a third for 10 ms and more.
 """
 from __future__ import annotations
 
-import heapq
 import itertools
 import os
 import threading
@@ -81,12 +80,16 @@ class Scheduler:
     another app that waits (None: never). exclusive: an app's lower-priority work pauses while its
     higher-priority work runs. policy: "priority" (all of the above) or "fifo" (arrival order only).
     share, turn_ns: what a lower priority keeps of the running time, and the turns it gets (`shares`).
+    alone_turns: its app's higher-priority work pauses during a turn (default: where work started on a
+    lent slot waits for the lender, `handoff_ns`: beside the turn's work, it would take most of the
+    interpreter lock); else it runs beside the turn on the other slots.
     """
 
     def __init__(self, workers: int | None = None, capacity: int = 256, *,
                  clock: Callable[[], int] = time.monotonic_ns, quantum_ns: int | None = 20_000_000,
                  exclusive: bool = True, policy: str = "priority", name: str = "driver",
-                 handoff_ns: int = 2_000_000, share: float = 1 / 3, turn_ns: int = 50_000_000) -> None:
+                 handoff_ns: int = 2_000_000, share: float = 1 / 3, turn_ns: int = 50_000_000,
+                 alone_turns: bool | None = None) -> None:
         if policy not in ("priority", "fifo"):
             raise ValueError(f"unknown scheduling policy {policy!r}")
         self.workers = max(1, int(workers if workers is not None else (os.cpu_count() or 1)))
@@ -114,6 +117,7 @@ class Scheduler:
         self.share = 0.0 if self.fifo else float(share)
         self.share_ratio = owed_ratio(self.share)
         self.turn_ns = max(1, int(turn_ns))
+        self.alone_turns = bool(handoff_ns) if alone_turns is None else alone_turns
         self.lock = threading.Lock()
         self._changed = threading.Condition(self.lock)  # a running ticket stopped (finished or paused)
         self._holds_changed = threading.Condition(self.lock)
@@ -219,22 +223,14 @@ class Scheduler:
             app.levels.account(app.running, now)
 
     def _enqueue(self, ticket: Ticket, now: int) -> None:
-        app = ticket.app
-        self._account(app, now)
-        ticket.state = QUEUED
-        ticket.grant.clear()
-        ticket.enqueues += 1
-        heapq.heappush(app.heap, (-ticket.rank, ticket.seq, ticket.enqueues, ticket))
-        app.queued += 1
-        app.levels.waiting[ticket.rank] += 1
+        self._account(ticket.app, now)
+        ticket.app.push(ticket)
         self._queued += 1
 
     def _unqueue(self, ticket: Ticket, now: int) -> None:
-        """A queued ticket leaves its queue (granted, given up or cancelled; its heap entry goes lazily)."""
-        app = ticket.app
-        self._account(app, now)
-        app.queued -= 1
-        app.levels.waiting[ticket.rank] -= 1
+        """A queued ticket leaves its queue (granted, given up or cancelled)."""
+        self._account(ticket.app, now)
+        ticket.app.leave(ticket)
         self._queued -= 1
 
     def _begin_turn(self, app: AppQueue, now: int) -> None:
@@ -250,8 +246,11 @@ class Scheduler:
         if not app.queued:
             return None
         turn = app.levels.turn
-        if turn is not None and turn.state == QUEUED:
-            return turn  # ahead of the app's other work, whatever their priorities
+        if turn is not None:
+            if turn.state == QUEUED:
+                return turn  # ahead of the app's other work, whatever their priorities
+            if self.alone_turns:  # (and the app's higher-priority work waits for it)
+                return app.top_of(turn.rank)
         top = app.top()
         if top is None or (self.exclusive and top.rank < app.top_running_rank()):
             return None
@@ -369,8 +368,6 @@ class Scheduler:
 
     def _start(self, app: AppQueue, ticket: Ticket, now: int) -> None:
         """Grant `ticket` a slot (the lock is held)."""
-        if app.top() is ticket:
-            heapq.heappop(app.heap)
         self._unqueue(ticket, now)
         app.last_grant = next(self._grants)
         if self.fair_lag_ns and not ticket.owed:  # behind the apps running now: they pause for it
@@ -433,8 +430,9 @@ class Scheduler:
                         pass
                 t.yield_at = 0
                 continue
-            if turn is not None and turn.state == QUEUED and self._free <= 0 and t.rank > turn.rank:
-                t.yield_at = 0  # its app's turn waits for a slot: this work gives it at its next checkpoint
+            if turn is not None and t.rank > turn.rank and (
+                    self.alone_turns or (turn.state == QUEUED and self._free <= 0)):
+                t.yield_at = 0  # its app's turn waits for it: it pauses at its next checkpoint
                 continue
             at = None
             if self.quantum_ns is not None and self._free == 0 and any(a is not app for a in waiting_apps):
@@ -564,21 +562,31 @@ class Scheduler:
     def give_way(self, ticket: Ticket) -> None:
         """At `ticket`'s checkpoint: sleep (releasing the interpreter lock) while the host's probe says work of this priority
         should give way, for at most BACKGROUND_PAUSE_NS, and not once the scheduler wants the work
-        to yield its slot (the checkpoint then yields it as usual)."""
+        to yield its slot (the checkpoint then yields it as usual). The pause pays nothing of what its
+        level is owed (`shares`)."""
         probe, priority = self.foreground, ticket.priority
         try:
             if probe is None or not probe(priority):
                 return
-            end = time.monotonic_ns() + BACKGROUND_PAUSE_NS
-            while time.monotonic_ns() < end:
-                yield_at = ticket.yield_at
-                if yield_at is not None and self.clock() >= yield_at:
-                    return
-                time.sleep(BACKGROUND_SLEEP_S)
-                if not probe(priority):
-                    return
+            self._pausing(ticket, True)
+            try:
+                end = time.monotonic_ns() + BACKGROUND_PAUSE_NS
+                while time.monotonic_ns() < end:
+                    yield_at = ticket.yield_at
+                    if yield_at is not None and self.clock() >= yield_at:
+                        return
+                    time.sleep(BACKGROUND_SLEEP_S)
+                    if not probe(priority):
+                        return
+            finally:
+                self._pausing(ticket, False)
         except Exception:  # a broken probe never stops the work
             self.foreground = None
+
+    def _pausing(self, ticket: Ticket, pausing: bool) -> None:
+        with self.lock:
+            self._account(ticket.app, self.clock())
+            ticket.pausing = pausing
 
     def snapshot(self) -> dict:
         """Slots in use, queued tasks and per-app figures (for tests, benchmarks and tools)."""

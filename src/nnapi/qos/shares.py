@@ -6,11 +6,12 @@ while HIGH work keeps arriving. So each app keeps a ledger of its levels (`Level
 - while a level has work (waiting, or running beside them: paused soon, or in a native call that
   may be stopped) and higher levels of the app run, it is *owed* `share / (1 - share)` of their
   running time (all their slots counted): with share 1/3, a third of the running time when both
-  saturate;
+  saturate; and the time it gave way to its host's calls (`Scheduler.give_way`), in full: a courtesy
+  to the latency of calls in flight, not a share for higher-priority work;
 - its own useful running time pays the debt back: work between checkpoints as it runs while no higher
   level runs (beside them it pauses at its next checkpoint, or runs native code in the OS's
-  background) or on its turn, a native call that may be stopped only once it has completed (a
-  stopped call's time was wasted, not given);
+  background) or on its turn, and not while it gives way to its host's calls; a native call that may
+  be stopped only once it has completed (a stopped call's time was wasted, not given);
 - outside a turn the ledger never goes below zero (running while the higher levels idle banks
   nothing), and what a level is owed is cleared when it has no work left (no credit for a past backlog).
 Once a level is owed `turn_ns`, its oldest waiting work gets a *turn*: the scheduler grants it the
@@ -68,12 +69,13 @@ class Levels:
             for rank in range(RANKS):
                 higher = sum(1 for t in running if t.rank > rank)
                 if self.waiting[rank] or any(t.rank == rank for t in running):
-                    self._owed[rank] += dt * higher * self._num
+                    pausing = sum(1 for t in running if t.rank == rank and t.pausing)
+                    self._owed[rank] += dt * (higher * self._num + pausing * self._den)
                 elif self._owed[rank] > 0:
                     self._owed[rank] = 0  # the level has no work left: its backlog is over
                 # Useful running: alone at the top of the app, or on the turn (beside higher work, other
                 # work pauses soon or runs native code in the OS's background: little progress).
-                paying = sum(1 for t in running if t.rank == rank and t.native_since is None
+                paying = sum(1 for t in running if t.rank == rank and t.native_since is None and not t.pausing
                              and (not higher or t is self.turn))
                 if paying:
                     self.pay(rank, dt * paying)

@@ -67,6 +67,22 @@ class AppQueue:
         self.last_grant = 0
         self.levels = Levels(now, ratio)
 
+    def push(self, ticket: "Ticket") -> None:
+        """Queue `ticket` (the scheduler's lock is held)."""
+        ticket.state = QUEUED
+        ticket.grant.clear()
+        ticket.enqueues += 1
+        heapq.heappush(self.heap, (-ticket.rank, ticket.seq, ticket.enqueues, ticket))
+        self.queued += 1
+        self.levels.waiting[ticket.rank] += 1
+
+    def leave(self, ticket: "Ticket") -> None:
+        """`ticket` leaves the queue (granted, given up or cancelled; its entry goes lazily unless on top)."""
+        if self.top() is ticket:
+            heapq.heappop(self.heap)
+        self.queued -= 1
+        self.levels.waiting[ticket.rank] -= 1
+
     def top(self) -> "Ticket | None":
         heap = self.heap
         while heap and not _live(heap[0]):
@@ -168,6 +184,7 @@ class Ticket:
         self.owed = False           # it runs on a slot lent by another app (see `_lend_across_apps`)
         self.preempt: Callable[[], None] | None = None  # stops native work at once (see `preemptible`)
         self.native_since: int | None = None  # in a native call that may be stopped, since (`preemptible`)
+        self.pausing = False        # giving way to the host's calls (`Scheduler.give_way`)
         self.enqueues = 0           # times queued (its live entry in the app's heap is the last one)
         self.turns = 0              # turns it was given (`shares`)
         self.grant = Grant()
@@ -212,8 +229,10 @@ class Ticket:
     def checkpoint(self, where: str = "") -> None:
         """Abort once the deadline has passed; yield when the scheduler asks (then resume here); give
         way to the host's calls (see the module doc), also once resumed."""
-        # (work on its turn does not give way: the scheduler chose to run it now)
-        giving_way = self.scheduler.foreground is not None and not self.scheduler.fifo and not self.on_turn
+        # (nor during a turn of its level: the scheduler chose to run that level now)
+        turn = self.app.levels.turn
+        giving_way = self.scheduler.foreground is not None and not self.scheduler.fifo and (
+            turn is None or turn.rank > self.rank)
         if giving_way:
             self.scheduler.give_way(self)
         deadline, yield_at = self.deadline, self.yield_at
