@@ -27,6 +27,7 @@ class Stub:
     def __init__(self, rank: int, native: bool = False) -> None:
         self.rank = int(rank)
         self.native_since = 0 if native else None
+        self.native_useful = 0
         self.pausing = False
 
 
@@ -69,16 +70,18 @@ def test_the_time_work_gives_way_to_its_hosts_calls_is_owed_back_in_full():
     assert levels.owed(LOW) == 4 * MS
 
 
-def test_a_native_call_pays_only_once_completed_and_a_level_without_work_is_cleared():
+def test_a_native_call_pays_its_useful_time_once_completed_and_a_level_without_work_is_cleared():
     levels = Levels(0, owed_ratio(0.25))
     levels.waiting[LOW] = 1
     levels.account([Stub(HIGH)], 90 * MS)
     assert levels.owed(LOW) == 30 * MS
     levels.waiting[LOW] = 0
-    levels.account([Stub(LOW, native=True)], 150 * MS)          # a call that may yet be stopped pays nothing
-    assert levels.owed(LOW) == 30 * MS
-    levels.pay(LOW, 10 * MS)                                    # (the scheduler, when it completes)
-    assert levels.owed(LOW) == 20 * MS
+    call = Stub(LOW, native=True)
+    levels.account([call, Stub(HIGH)], 120 * MS)                # beside HIGH (in the OS's background): owed 10
+    levels.account([call], 135 * MS)                            # alone: 15 ms of useful time, kept for now
+    assert levels.owed(LOW) == 40 * MS and call.native_useful == 15 * MS
+    assert not levels.completed(call)                           # (the scheduler, when it completes)
+    assert levels.owed(LOW) == 25 * MS
     levels.account([], 151 * MS)                                # no LOW work left: no credit kept
     assert levels.owed(LOW) == 0
 
@@ -312,4 +315,43 @@ def test_low_work_that_can_only_restart_finishes_on_a_turn_that_nothing_stops():
     assert -20 * MS <= low.app.levels.owed(LOW) <= -19 * MS     # the turn's 40 ms less the 60 ms call
     stream.end()
     t.join(WAIT)
+    assert s.snapshot()["running"] == 0 and s._free == s.workers
+
+
+def test_low_work_held_in_a_native_call_beside_high_work_gets_its_turn_where_it_is():
+    """A LOW native call that cannot be stopped (an XLA sub-model) lends its slot to each HIGH execution and
+    runs on beside them at the OS's lowest priority, where continuous HIGH work would starve it. Once owed
+    its turn, it gets the turn in the call: its OS priority comes back and HIGH work waits for it (the HIGH
+    execution on its slot ends first), until the turn is paid at the checkpoint 40 ms of work later."""
+    clock = FakeClock()
+    s = Scheduler(workers=1, clock=clock, handoff_ns=0, share=0.25, turn_ns=40 * MS)
+    in_call, release = threading.Event(), threading.Event()
+    seen: dict = {}
+    log: list = []
+
+    def low_work() -> None:
+        ticket = current()
+        with ticket.native():
+            seen["lowered"] = ticket.lowered
+            in_call.set()
+            assert release.wait(WAIT)                           # (the call, going nowhere meanwhile)
+        Steps(clock, log, "low", 60)()
+
+    low = s.submit(priority=LOW)
+    t = run_on_thread(low, low_work)
+    assert in_call.wait(WAIT)
+    stream = HighStream(s, clock, log, steps=5)
+    idle = threading.Event()
+    while not (low.on_turn and s.snapshot()["running"] == 1):  # 120 ms of HIGH work: owed 40 ms
+        assert not idle.wait(0.001) and len(log) < 10_000
+    assert low.turns == 1 and not low.lent and low.preemptions == 0
+    assert seen["lowered"] is None or not seen["lowered"].held  # its OS priority given back
+    high_steps = len(log)
+    assert high_steps >= 120 and all(name == "high" for name, _ in log)
+    release.set()
+    t.join(WAIT)
+    assert not t.is_alive()
+    assert log[high_steps:high_steps + 41] == [("low", k) for k in range(40)] + [("high", 0)]
+    assert low.preempted_at == ["low step 40"]
+    stream.end()
     assert s.snapshot()["running"] == 0 and s._free == s.workers

@@ -87,12 +87,35 @@ def _restore(tids: Sequence[int]) -> None:
                 pass
 
 
+class Lowered:
+    """One LOW native call's hold on the OS's priorities (`native_call`); `restore` gives them back before
+    the call ends (from any thread: the scheduler, when the work gets its turn), once."""
+
+    __slots__ = ("tid", "key", "held")
+
+    def __init__(self, tid: int, key: tuple[str, ...]) -> None:
+        self.tid, self.key, self.held = tid, key, True
+
+    def restore(self) -> None:
+        with _lock:
+            if not self.held:
+                return
+            self.held = False
+            _restore([self.tid])
+            count, pool = _running.pop(self.key)
+            if count > 1:
+                _running[self.key] = (count - 1, pool)
+            else:
+                _restore(pool)
+
+
 @contextlib.contextmanager
-def native_call(priority: Priority, workers: Sequence[str] = ()) -> Iterator[None]:
+def native_call(priority: Priority, workers: Sequence[str] = ()) -> Iterator[Lowered | None]:
     """Around one native call of work of `priority`: for LOW work, this thread and the threads named
-    `workers` (the library's pool) run at the lowest OS priority until no LOW native call runs."""
+    `workers` (the library's pool) run at the lowest OS priority until no LOW native call runs. Yields
+    the call's `Lowered` hold (None when nothing was lowered)."""
     if priority != Priority.LOW or not available():
-        yield
+        yield None
         return
     key = tuple(workers)
     tid = threading.get_native_id()
@@ -103,13 +126,8 @@ def native_call(priority: Priority, workers: Sequence[str] = ()) -> Iterator[Non
             pool = _threads_named(key)
             _lower(pool)
         _running[key] = (count + 1, pool)
+    held = Lowered(tid, key)
     try:
-        yield
+        yield held
     finally:
-        with _lock:
-            _restore([tid])
-            count, pool = _running.pop(key)
-            if count > 1:
-                _running[key] = (count - 1, pool)
-            else:
-                _restore(pool)
+        held.restore()

@@ -262,7 +262,7 @@ class Scheduler:
         (work on its turn lends nothing to its own app)."""
         if self.share:
             for app in self._apps.values():
-                if app.queued and app.levels.turn is None:
+                if (app.queued or app.running) and app.levels.turn is None:
                     self._begin_turn(app, now)
         while self._free > 0:
             best: tuple[int, int, AppQueue, Ticket] | None = None
@@ -541,7 +541,7 @@ class Scheduler:
         its time counts as progress only once the call completes."""
         now = self.clock()
         self._account(ticket.app, now)
-        ticket.native_since = now
+        ticket.native_since, ticket.native_useful = now, 0
 
     def native_ended(self, ticket: Ticket, completed: bool) -> None:
         """`ticket`'s native call ended (the lock is held): completed, its time pays its level's debt;
@@ -550,7 +550,7 @@ class Scheduler:
         app = ticket.app
         self._account(app, now)
         since, ticket.native_since = ticket.native_since, None
-        if self.share and completed and since is not None and app.levels.completed(ticket, now - since):
+        if self.share and completed and since is not None and app.levels.completed(ticket):
             self._dispatch(now)  # its turn is over
             self._update_flags()
 

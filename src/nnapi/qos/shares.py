@@ -8,10 +8,10 @@ while HIGH work keeps arriving. So each app keeps a ledger of its levels (`Level
   running time (all their slots counted): with share 1/3, a third of the running time when both
   saturate; and the time it gave way to its host's calls (`Scheduler.give_way`), in full: a courtesy
   to the latency of calls in flight, not a share for higher-priority work;
-- its own useful running time pays the debt back: work between checkpoints as it runs while no higher
-  level runs (beside them it pauses at its next checkpoint, or runs native code in the OS's
-  background) or on its turn, and not while it gives way to its host's calls; a native call that may
-  be stopped only once it has completed (a stopped call's time was wasted, not given);
+- its own useful running time pays the debt back: running while no higher level runs (beside them it
+  pauses at its next checkpoint, or runs native code in the OS's background) or on its turn, and not
+  while it gives way to its host's calls; in a native call that may be stopped, only once the call
+  has completed (a stopped call's time was wasted, not given);
 - outside a turn the ledger never goes below zero (running while the higher levels idle banks
   nothing), and what a level is owed is cleared when it has no work left (no credit for a past backlog).
 Once a level is owed `turn_ns`, its oldest waiting work gets a *turn*: the scheduler grants it the
@@ -74,9 +74,15 @@ class Levels:
                 elif self._owed[rank] > 0:
                     self._owed[rank] = 0  # the level has no work left: its backlog is over
                 # Useful running: alone at the top of the app, or on the turn (beside higher work, other
-                # work pauses soon or runs native code in the OS's background: little progress).
-                paying = sum(1 for t in running if t.rank == rank and t.native_since is None and not t.pausing
-                             and (not higher or t is self.turn))
+                # work pauses soon or runs native code in the OS's background: little progress); a
+                # native call that may be stopped keeps what it would pay until it completes.
+                paying = 0
+                for t in running:
+                    if t.rank == rank and not t.pausing and (not higher or t is self.turn):
+                        if t.native_since is None:
+                            paying += 1
+                        else:
+                            t.native_useful += dt
                 if paying:
                     self.pay(rank, dt * paying)
         turn = self.turn
@@ -93,9 +99,9 @@ class Levels:
         else:
             self._owed[rank] = max(owed - ns * self._den, min(owed, 0))
 
-    def completed(self, ticket: "Ticket", ns: int) -> bool:
-        """`ticket`'s native call of `ns` completed: its level is paid; whether that ended its turn."""
-        self.pay(ticket.rank, ns)
+    def completed(self, ticket: "Ticket") -> bool:
+        """`ticket`'s native call completed: its level is paid its useful time; whether that ended its turn."""
+        self.pay(ticket.rank, ticket.native_useful)
         if self.turn is ticket and self._owed[ticket.rank] <= 0:
             self.turn = None
             return True
@@ -107,15 +113,16 @@ class Levels:
             self.turn = None
 
     def due(self, running: Sequence["Ticket"], top_rank: int, turn_ns: int) -> int | None:
-        """The rank that should get a turn now (the most owed of those owed `turn_ns` with work waiting
-        below other work of the app, `top_rank` being the highest queued), or None."""
+        """The rank that should get a turn now (the most owed of those owed `turn_ns` with work below
+        other work of the app, `top_rank` being the highest queued), or None."""
         if self.turn is not None:
             return None
         best = None
         top = max(top_rank, max((t.rank for t in running), default=-1))
         for rank in range(top):
             owed = self._owed[rank]
-            if self.waiting[rank] and owed >= turn_ns * self._den and (best is None or owed > self._owed[best]):
+            has_work = self.waiting[rank] or any(t.rank == rank for t in running)
+            if has_work and owed >= turn_ns * self._den and (best is None or owed > self._owed[best]):
                 best = rank
         return best
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
 from .. import tracing as trace
 from ..hal import ErrorStatus, NnError, Priority
 from ..hal.constants import NO_DEADLINE
-from .background import native_call
+from .background import Lowered, native_call
 from .estimate import DurationStats
 from .shares import Levels
 
@@ -95,16 +95,29 @@ class AppQueue:
         return min(live)[3] if live else None
 
     def due_turn(self, turn_ns: int) -> "Ticket | None":
-        """Give a turn to the oldest queued ticket of the level owed one, if any (`shares`); that ticket."""
+        """Give a turn to the level owed one, if any (`shares`): to its oldest queued ticket, else to its
+        oldest running one in a native call beside higher-priority work (one that cannot be stopped,
+        an XLA sub-model, at the OS's lowest priority, goes on at the normal one; one that can is no
+        longer stopped); that ticket."""
         levels = self.levels
-        if levels.turn is not None or not self.queued:
+        if levels.turn is not None:
             return None
-        top = self.top()
+        top = self.top() if self.queued else None
         rank = levels.due(self.running, -1 if top is None else top.rank, turn_ns)
-        ticket = None if rank is None else self.top_of(rank)
-        if ticket is not None:
-            levels.turn = ticket
-            ticket.turns += 1
+        if rank is None:
+            return None
+        ticket = self.top_of(rank)
+        if ticket is None:
+            held = [t for t in self.running if t.rank == rank and t.in_native]
+            if not held:
+                return None
+            ticket = min(held, key=lambda t: t.seq)
+            ticket.lent = False  # (its borrower keeps running beside it until it ends)
+            lowered = ticket.lowered
+            if lowered is not None:
+                lowered.restore()
+        levels.turn = ticket
+        ticket.turns += 1
         return ticket
 
     def queued_tickets(self) -> "list[Ticket]":
@@ -184,7 +197,10 @@ class Ticket:
         self.owed = False           # it runs on a slot lent by another app (see `_lend_across_apps`)
         self.preempt: Callable[[], None] | None = None  # stops native work at once (see `preemptible`)
         self.native_since: int | None = None  # in a native call that may be stopped, since (`preemptible`)
+        self.native_useful = 0      # of which useful running (`shares`), paid once the call completes
         self.pausing = False        # giving way to the host's calls (`Scheduler.give_way`)
+        self.in_native = False      # in a native call (`native`), at the OS's lowest priority if `lowered`
+        self.lowered: Lowered | None = None
         self.enqueues = 0           # times queued (its live entry in the app's heap is the last one)
         self.turns = 0              # turns it was given (`shares`)
         self.grant = Grant()
@@ -278,10 +294,19 @@ class Ticket:
                 self.preempt = None
                 scheduler.native_ended(self, completed)
 
-    def native(self, workers: Sequence[str] = ()) -> contextlib.AbstractContextManager:
+    @contextlib.contextmanager
+    def native(self, workers: Sequence[str] = ()) -> Iterator[None]:
         """Around one native call: LOW work runs it at the OS's lowest priority with the library's
-        threads named `workers` (`background`), except on its turn, which it must not spend waiting."""
-        return native_call(Priority.MEDIUM if self.on_turn else self.priority, workers)
+        threads named `workers` (`background`), except on its turn, which it must not spend waiting
+        (a turn given during the call gives the priorities back: `AppQueue.due_turn`)."""
+        with native_call(Priority.MEDIUM if self.on_turn else self.priority, workers) as lowered:
+            with self.scheduler.lock:
+                self.in_native, self.lowered = True, lowered
+            try:
+                yield
+            finally:
+                with self.scheduler.lock:
+                    self.in_native, self.lowered = False, None
 
     @property
     def yield_requested(self) -> bool:
