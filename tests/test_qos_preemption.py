@@ -13,13 +13,14 @@ has made the HIGH work it needs.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
+import os
 import threading
 
 import numpy as np
 import pytest
 
 import nnapi
-from nnapi import OperandType as T, OperationType as Op
 from nnapi.drivers.base import native as base_native
 from nnapi.hal import ExecutionPreference, Priority
 from nnapi.qos import Scheduler, current
@@ -29,25 +30,18 @@ from qos_kit import WAIT, hal_request, run_sync
 FAST = ExecutionPreference.FAST_SINGLE_ANSWER
 
 
-def mlp(layers: int, seed: int, batch: int = 4, width: int = 64) -> nnapi.Model:
-    """x [batch, width] -> `layers` FULLY_CONNECTED layers with RELU6."""
-    rng = np.random.default_rng(seed)
-    m = nnapi.Model()
-    x = m.add_operand(T.TENSOR_FLOAT32, (batch, width))
-    relu6 = m.add_operand(T.INT32)
-    m.set_operand_value(relu6, 3)
-    cur = x
-    for _ in range(layers):
-        w = m.add_operand(T.TENSOR_FLOAT32, (width, width))
-        m.set_operand_value(w, (rng.normal(size=(width, width)) / np.sqrt(width)).astype(np.float32))
-        b = m.add_operand(T.TENSOR_FLOAT32, (width,))
-        m.set_operand_value(b, (rng.normal(size=width) * 0.1).astype(np.float32))
-        y = m.add_operand(T.TENSOR_FLOAT32, (batch, width))
-        m.add_operation(Op.FULLY_CONNECTED, [cur, w, b, relu6], [y])
-        cur = y
-    m.identify_inputs_and_outputs([x], [cur])
-    m.finish()
-    return m
+def _benchmark():
+    """benchmarks/qos.py, whose FULLY_CONNECTED stacks these tests run (small ones)."""
+    path = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "qos.py")
+    spec = importlib.util.spec_from_file_location("qos_benchmark", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mlp(layers: int, seed: int) -> nnapi.Model:
+    """x [4, 64] -> `layers` FULLY_CONNECTED layers with RELU6."""
+    return _benchmark().mlp(layers, 4, 64, seed)
 
 
 def xla_device(**kw):
