@@ -14,11 +14,14 @@ while HIGH work keeps arriving. So each app keeps a ledger of its levels (`Level
   has completed (a stopped call's time was wasted, not given);
 - outside a turn the ledger never goes below zero (running while the higher levels idle banks
   nothing), and what a level is owed is cleared when it has no work left (no credit for a past backlog).
-Once a level is owed `turn_ns`, its oldest waiting work gets a *turn*: the scheduler grants it the
-app's next slot ahead of the higher levels, and while it runs the app's own higher-priority work
-neither takes its slot nor stops its native call; it runs until what was owed is paid, or to the end
-of the native call it is in (the overshoot is a debt that the next turn waits for). One ticket per app
-holds a turn at a time, so on a device with several slots higher-priority work keeps the others.
+Once a level is owed `turn_ns`, its oldest waiting work gets a *turn* (or, when all its work runs
+beside higher-priority work in native calls, the oldest of those, where it is: back at the normal OS
+priority, no longer stopped): the scheduler grants it the app's next slot ahead of the higher levels,
+and while it runs the app's own higher-priority work neither takes its slot nor stops its native
+call; it runs until what was owed is paid, or to the end of the native call it is in (the overshoot
+is a debt that the next turn waits for). One ticket per app holds a turn at a time; where work
+fights for the interpreter lock the app's higher-priority work pauses during a turn
+(`Scheduler.alone_turns`), elsewhere it keeps the device's other slots.
 
 The ledger counts exact integer nanoseconds, scaled by the denominator of the owed ratio.
 """
@@ -49,7 +52,7 @@ class Levels:
 
     __slots__ = ("waiting", "accounted", "turn", "_owed", "_num", "_den")
 
-    def __init__(self, now: int, ratio: tuple[int, int] = (1, 3)) -> None:
+    def __init__(self, now: int, ratio: tuple[int, int] = (1, 2)) -> None:
         self.waiting = [0] * RANKS          # queued tickets per rank
         self.accounted = now                # the ledger is exact up to this time
         self.turn: "Ticket | None" = None   # the ticket on a turn, if any

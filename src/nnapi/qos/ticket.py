@@ -56,7 +56,7 @@ class AppQueue:
 
     __slots__ = ("uid", "vtime", "heap", "running", "queued", "last_grant", "levels")
 
-    def __init__(self, uid: int, now: int = 0, ratio: tuple[int, int] = (1, 3)) -> None:
+    def __init__(self, uid: int, now: int = 0, ratio: tuple[int, int] = (1, 2)) -> None:
         self.uid = uid
         self.vtime = 0            # running time used, in ns (the fair-share clock)
         #: (-priority, seq, enqueue count, ticket), lazily cleaned: an entry is live while its ticket is
