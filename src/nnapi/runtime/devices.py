@@ -25,11 +25,11 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any, Callable
 
 from ..hal import (Capabilities, DeviceInfo, DeviceType, ErrorStatus, IDevice, MAX_NUMBER_OF_CACHE_FILES, NnError,
                    ResultCode)
+from ..installed import entry_points
 from ..qos import threads
 
 log = logging.getLogger("nnapi.runtime")
@@ -194,7 +194,7 @@ def _in_process(skip: set[str], wait: bool = True) -> list[Device]:
     named in `skip` (served ones); without `wait`, those created so far (the rest go on being created)."""
     global _entry_points
     if _entry_points is None:
-        _entry_points = sorted(entry_points(group="nnapi.drivers"), key=lambda e: e.name)
+        _entry_points = sorted(entry_points("nnapi.drivers"), key=lambda e: e.name)
     for ep in _entry_points:
         if ep.name not in skip and ep.name not in _local and ep.name not in _creating:
             bound = _creation_bound(ep)

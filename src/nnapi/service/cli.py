@@ -27,9 +27,9 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Iterator, Sequence
 
+from ..installed import entry_points
 from .discovery import ENV, default_socket
 
 log = logging.getLogger("nnapi.service")
@@ -76,7 +76,7 @@ def secure_state_dir(path: str | None) -> str:
 
 def installed_drivers() -> dict:
     """The installed drivers' `nnapi.drivers` entry points, by name (none loaded)."""
-    return {ep.name: ep for ep in entry_points(group="nnapi.drivers")}
+    return {ep.name: ep for ep in entry_points("nnapi.drivers")}
 
 
 def load_driver(name: str):

@@ -187,8 +187,8 @@ class DriverDevice(IDevice):
     def calibration_baseline(self) -> "DriverDevice":
         """The baseline's steady twin, found through the `nnapi.drivers` entry points (the base imports
         no driver)."""
-        from importlib.metadata import entry_points
-        found = [ep for ep in entry_points(group="nnapi.drivers") if ep.name == self.CALIBRATION_BASELINE]
+        from ...installed import entry_points
+        found = [ep for ep in entry_points("nnapi.drivers") if ep.name == self.CALIBRATION_BASELINE]
         if not found:
             raise LookupError(f"no {self.CALIBRATION_BASELINE!r} driver to calibrate against")
         return found[0].load()().calibration_twin()

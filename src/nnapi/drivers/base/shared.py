@@ -7,7 +7,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib
-import importlib.metadata
 import importlib.util
 import pkgutil
 import sqlite3
@@ -18,6 +17,7 @@ from typing import Generic, Hashable, TypeVar
 
 import xxhash
 
+from ... import installed
 from ...caching import state_dir
 from ...caching._sqlite import ThreadConnections
 
@@ -97,10 +97,8 @@ def cpu_features() -> str:
 @functools.lru_cache(maxsize=16)
 def package_release(name: str) -> str:
     """An installed package's release ("2026.4.1"), from its metadata (no import of it)."""
-    try:
-        return importlib.metadata.version(name).split("-")[0]
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    version = installed.release(name)
+    return "unknown" if version is None else version.split("-")[0]
 
 
 class Lru(Generic[V]):
