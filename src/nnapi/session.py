@@ -28,6 +28,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from . import tracing
 from .hal import ExecutionPreference, NnError, Priority, ResultCode
 from .importers import ImportedModel, TensorInfo
 from .ops import numpy_dtype
@@ -516,9 +517,17 @@ def load(model: str | os.PathLike | Model | ImportedModel,
     `relax_computation_float32_to_float16`; drivers that can, do: openvino on a CPU with float16
     arithmetic); a built model sets it itself before `finish`. Errors are `NnError` naming what is wrong."""
     imported: ImportedModel | None = None
+    folder = None if cache_dir is None else os.path.expanduser(os.fspath(cache_dir))
+    remembered = False
     if isinstance(model, (str, os.PathLike)):
-        from .importers import load_tflite  # (the reader is imported with the first .tflite)
-        imported = load_tflite(model, relaxed=relaxed)  # traced as the "import" slice
+        if folder is not None:  # (a cached start reads no flatbuffers: the import memo)
+            from .importers.tflite import remembered as memo
+            with tracing.span("import", "import", path=os.fspath(model), memo=True):
+                imported = memo.recall(model, folder, relaxed)
+            remembered = imported is not None
+        if imported is None:
+            from .importers import load_tflite  # (the reader is imported with the first .tflite)
+            imported = load_tflite(model, relaxed=relaxed)  # traced as the "import" slice
         built = imported.model
     elif isinstance(model, ImportedModel):
         imported, built = model, model.model
@@ -536,7 +545,9 @@ def load(model: str | os.PathLike | Model | ImportedModel,
     if cache_dir is not None and token is None:
         token = imported.token() if imported is not None else model_token(built)
     compilation = Compilation(built, devices=devices, preference=_preference(preference), priority=_priority(priority),
-                              cache_dir=None if cache_dir is None else os.path.expanduser(os.fspath(cache_dir)),
-                              token=token, timeout=timeout).finish()
+                              cache_dir=folder, token=token, timeout=timeout).finish()
+    if folder is not None and imported is not None and not remembered and isinstance(model, (str, os.PathLike)):
+        from .importers.tflite import remembered as memo
+        memo.remember(imported, folder, relaxed)
     return CompiledModel(built, compilation, imported)
 

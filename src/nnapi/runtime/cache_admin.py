@@ -5,7 +5,8 @@ Two kinds of directory:
 - An app cache directory (the `cache_dir` of compilations). Its cache files are named
   `<64 letters A-P><1 model | 2 data><slot index>`; the files sharing a 64-letter base name are one
   entry, and the base name encodes the per-device token (`cache_files.token_from_name`). Other
-  files are left alone.
+  files are left alone, except the importer's memos (`<32 hex digits>.tflite-import`, one entry each,
+  `kind` "import": `importers.tflite.remembered`), which are checked and pruned with the rest.
 - A driver's caching engine (C12): `<state dir>/engine/<driver>-<version>`, recognised by its
   `index.sqlite3`; `engine=DRIVER` finds it from the installed driver's name and version. A folder
   holding engine directories (`<state dir>/engine`) stands for all of them.
@@ -31,7 +32,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..hal import CacheHandles
-from .cache_files import close_cache_files, token_from_name
+from .cache_files import IMPORT_MEMO_SUFFIX, close_cache_files, token_from_name
 from .devices import Device, devices as all_devices
 
 ENGINE_INDEX = "index.sqlite3"
@@ -47,7 +48,7 @@ def list_cache(directory: str | os.PathLike | None = None, *, engine: str | None
                devices: Sequence[Device] | None = None) -> list[dict]:
     """Every cache entry of `directory` (app cache or engine) and/or of driver `engine`'s caching engine.
 
-    Each entry: `kind` ("app" | "engine"), `directory`, `name` (64-letter base name | engine key),
+    Each entry: `kind` ("app" | "engine" | "import"), `directory`, `name` (64-letter base name | engine key),
     `token` (hex of the per-device token; None for the engine), `files` (names), `model_files`,
     `data_files` (counts; None for the engine), `size` (bytes), `last_used` (seconds since the epoch),
     `complete` (every slot from 0 present), `state` ("cached" | "orphan" | "temporary"), `device` (the
@@ -195,6 +196,7 @@ def _collect(directory, engine: str | None, devices) -> list[tuple[_Source, dict
             for _, entry in app:
                 entry["device"] = _writer(bytes.fromhex(entry["token"]), get_devs())
             out.extend(app)
+            out.extend(_import_entries(path))
             roots.extend(sorted(p for p in path.iterdir() if p.is_dir() and is_engine_directory(p)))
     if engine is not None:
         path = Path(engine_directory(engine, get_devs()))
@@ -228,6 +230,25 @@ def _app_entries(path: Path) -> list[tuple[_Source, dict]]:
             "size": sum(st.st_size for _, st, _ in every),
             "last_used": max(max(st.st_atime, st.st_mtime) for _, st, _ in every),
             "complete": complete, "state": "cached"}))
+    return entries
+
+
+def _import_entries(path: Path) -> list[tuple[_Source, dict]]:
+    """The import memos of an app cache directory (`importers.tflite.remembered`), one entry per file,
+    and the temporary files of interrupted memo writes."""
+    source = _Source("import", path)
+    entries = []
+    with os.scandir(path) as it:
+        for f in sorted(it, key=lambda f: f.name):
+            memo = f.name.endswith(IMPORT_MEMO_SUFFIX)
+            if not (memo or f.name.startswith(".import-")) or not f.is_file(follow_symlinks=False):
+                continue
+            st = f.stat(follow_symlinks=False)
+            entries.append((source, {
+                "kind": "import", "directory": str(path), "name": f.name, "token": None, "files": [f.name],
+                "model_files": None, "data_files": None, "size": st.st_size,
+                "last_used": max(st.st_atime, st.st_mtime), "complete": True,
+                "state": "cached" if memo else "temporary", "device": None}))
     return entries
 
 
@@ -290,6 +311,11 @@ def _verified(source: _Source, entry: dict, devices) -> dict:
     stage = None
     if source.kind == "app":
         ok, device, reason, stage = _verify_app(source.path, entry, all_devices() if devices is None else devices)
+    elif source.kind == "import":
+        from ..importers.tflite import remembered  # (the memo's format is the importer's)
+        reason = "temporary file of an interrupted write" if entry["state"] == "temporary" else \
+            remembered.check(source.path / entry["name"])
+        ok, device = reason is None, None
     else:
         ok, device, reason = _verify_engine(source, entry)
     entry.update(ok=ok, device=device, stage=stage, reason=reason)

@@ -31,6 +31,9 @@ class CacheOutcome:
     reason: str = ""
 
 
+#: The suffix of the importer's memo files in an app cache folder (`importers.tflite.remembered`).
+IMPORT_MEMO_SUFFIX = ".tflite-import"
+
 #: NDK priority codes, which Android hashes into the token.
 NDK_PRIORITY = {0: 90, 1: 100, 2: 110}
 

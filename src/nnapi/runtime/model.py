@@ -193,6 +193,21 @@ class Model:
         self._hal = hal_model
         self._finished = True
 
+    @classmethod
+    def remembered(cls, hal_model: hal.Model, memories: Sequence[Memory]) -> "Model":
+        """A finished model from HAL data that this runtime validated when it built it before (an import
+        memo's hit: `importers.tflite.remembered`); `memories` hold its pools, in pool order. Not
+        validated again: the caller vouches for the data."""
+        m = cls()
+        m._operands = list(hal_model.main.operands)
+        m._operations = list(hal_model.main.operations)
+        m._inputs, m._outputs = tuple(hal_model.main.input_indexes), tuple(hal_model.main.output_indexes)
+        m._memories = list(memories)
+        m._relaxed = hal_model.relax_computation_float32_to_float16
+        m._identified = m._finished = True
+        m._hal = hal_model
+        return m
+
     def _subgraph(self, operands: list[hal.Operand]) -> hal.Subgraph:
         return hal.Subgraph(operands, list(self._operations), self._inputs, self._outputs)
 

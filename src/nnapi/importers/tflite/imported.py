@@ -98,6 +98,8 @@ class ImportedModel:
     #: The key of the signature the names come from ("serving_default"), None when the file has none
     #: for the main subgraph.
     signature_key: str | None = None
+    #: True when this import was the import memo's (`remembered`), not a read of the file's flatbuffers.
+    remembered: bool = False
 
     @property
     def input_names(self) -> list[str]:
