@@ -57,14 +57,36 @@ def test_an_archive_on_the_path_is_read_by_importlib_metadata(tmp_path, monkeypa
     assert ("zipped", "zipped:create") in [(e.name, e.value) for e in installed.entry_points("nnapi.drivers")]
 
 
+#: What listing the devices has no use for: a metadata parser, a backend, the operation helpers, the
+#: validator's shape inference, the drivers' lowerings and interpreters.
+NOT_FOR_LISTING = ("importlib.metadata", "email", "zipfile", "openvino", "jax", "nnapi.ops._lstm_cell",
+                   "nnapi.ops.registry", "nnapi.validation.shapes", "nnapi.validation.model",
+                   "nnapi.drivers.base.lowering", "nnapi.drivers.openvino.lowering", "nnapi.drivers.xla.lowering",
+                   "nnapi.drivers.reference.interpreter", "nnapi.importers.tflite.schema")
+
+
 def test_listing_the_devices_imports_no_metadata_parser(tmp_path):
     """Once the state directory knows the drivers (the first listing calibrates them), a listing imports
-    neither a metadata parser nor a backend."""
+    neither a metadata parser nor a backend, nor any compile-time module of ours."""
     code = ("import sys, nnapi; nnapi.devices(); "
-            "print([m for m in ('importlib.metadata', 'email', 'zipfile', 'openvino', 'jax') if m in sys.modules])")
+            f"print([m for m in {NOT_FOR_LISTING!r} if m in sys.modules])")
     env = dict(os.environ, NNAPI_STATE_DIR=str(tmp_path))
     env.pop("NNAPI_SERVICE_DIR", None)
     for _ in range(2):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
         assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
+def test_a_lazy_export_is_imported_once_and_an_unknown_name_is_an_attribute_error():
+    import nnapi.ops as ops
+    from nnapi.ops.context import OpContext
+    assert ops.OpContext is OpContext and "OpContext" in vars(ops)
+    from nnapi.ops._lstm_cell import step
+    assert ops.lstm_step is step
+    try:
+        ops.no_such_export
+    except AttributeError as e:
+        assert "no_such_export" in str(e)
+    else:
+        raise AssertionError("an unknown export must be an AttributeError")

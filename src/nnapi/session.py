@@ -29,9 +29,8 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from . import tracing
-from .hal import ExecutionPreference, NnError, Priority, ResultCode
+from .hal import ExecutionPreference, NnError, Priority, ResultCode, numpy_dtype
 from .importers import ImportedModel, TensorInfo
-from .ops import numpy_dtype
 from .runtime import Compilation, Device, Event, Execution, Model, model_token
 from .runtime.feeds import FeedRunner
 

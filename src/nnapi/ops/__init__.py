@@ -57,14 +57,23 @@ Where each family's fields are (module.Class):
   RNN / UNIDIRECTIONAL_SEQUENCE_RNN: rnn.RnnParams (one step: `rnn_step`);
   BIDIRECTIONAL_SEQUENCE_RNN: sequence_rnn.BidirectionalRnnParams.
 """
-from ._activation import activation_range, apply_cell_activation
-from ._conv import WindowParams
-from ._lstm_cell import CellConfig, CellIndex, CellWeights, LstmCellParams, step as lstm_step
-from ._padding import join_dims, split_dims
-from ._rnn import rnn_step
-from .context import OpContext, UnknownValue
-from .registry import OperationRegistration, find_operation, register, registered_operations, resolve
-from .tensor import Tensor, numpy_dtype
+from ..lazy import exports
+
+#: Each export and the submodule that defines it, imported on first use (`nnapi.lazy`): an app that
+#: loads a model from a cache imports none of them.
+_EXPORTS = {
+    "activation_range": "._activation", "apply_cell_activation": "._activation",
+    "WindowParams": "._conv",
+    "CellConfig": "._lstm_cell", "CellIndex": "._lstm_cell", "CellWeights": "._lstm_cell",
+    "LstmCellParams": "._lstm_cell", "lstm_step": "._lstm_cell:step",
+    "join_dims": "._padding", "split_dims": "._padding",
+    "rnn_step": "._rnn",
+    "OpContext": ".context", "UnknownValue": ".context",
+    "OperationRegistration": ".registry", "find_operation": ".registry", "register": ".registry",
+    "registered_operations": ".registry", "resolve": ".registry",
+    "Tensor": ".tensor", "numpy_dtype": ".tensor",
+}
+__getattr__ = exports(__name__, _EXPORTS)
 
 __all__ = ["OpContext", "UnknownValue", "OperationRegistration", "find_operation", "register",
            "registered_operations", "resolve", "Tensor", "numpy_dtype", "WindowParams", "activation_range",

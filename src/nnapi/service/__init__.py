@@ -8,7 +8,7 @@
 - every call is declared once in `protocol`, from which the client's encoding and the server's checks
   both follow (as AIDL generates both ends of a HAL).
 """
-from typing import Any
+from ..lazy import exports
 
 from .discovery import ENV, default_socket, service_dir, sockets
 from .peer import Credentials, peer_credentials
@@ -19,13 +19,7 @@ _LAZY = {"Connection": "client", "ServiceBuffer": "client", "ServiceBurst": "cli
          "ServicePreparedModel": "client", "connect": "client", "PROTOCOL_VERSION": "codec"}
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = exports(__name__, {name: f".{module}" for name, module in _LAZY.items()})
 
 
 __all__ = ["Connection", "Credentials", "ENV", "PROTOCOL_VERSION", "ServiceBuffer", "ServiceBurst", "ServiceDevice",

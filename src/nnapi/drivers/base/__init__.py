@@ -3,17 +3,45 @@ its cache format (see `device` and `prepared`). Drivers subclass `DriverDevice` 
 `DriverPreparedModel`; a third-party driver may too, or implement `nnapi.hal.IDevice` directly.
 Compiling drivers also find here their lowering table and claim loop (`lowering`), the bounded native
 run (`native`), the registry of verified content (`verified`) and multi-stage compilation (`stages`)."""
-from .binding import Binding, loop_timeout, region_length
-from .device import CacheWriter, CompileJob, DriverDevice
-from .interface import interface_model, io_of
-from .job import Claims
-from .options import Option, env_flag, env_int, import_with_env, once
-from .lowering import Lowering, LoweringTable, prove_in_order, with_dims
-from .native import LoopBudgets, NativeCall, raise_failed_check, run_native
-from .prepared import DriverBurst, DriverPreparedModel, client_uid, shared_scheduler
-from .shared import ClaimMemo, Lru, RuleModules, source_fingerprint
-from .stages import Stages
-from .verified import VerifiedContent
+from ...lazy import exports
+
+#: Each export and the submodule that defines it, imported on first use (`nnapi.lazy`): listing the
+#: devices imports a driver's class and what describing it needs, not its compile- and run-time modules.
+_EXPORTS = {
+    "Binding": ".binding",
+    "loop_timeout": ".binding",
+    "region_length": ".binding",
+    "CacheWriter": ".device",
+    "CompileJob": ".device",
+    "DriverDevice": ".device",
+    "interface_model": ".interface",
+    "io_of": ".interface",
+    "Claims": ".job",
+    "Option": ".options",
+    "env_flag": ".options",
+    "env_int": ".options",
+    "import_with_env": ".options",
+    "once": ".options",
+    "Lowering": ".lowering",
+    "LoweringTable": ".lowering",
+    "prove_in_order": ".lowering",
+    "with_dims": ".lowering",
+    "LoopBudgets": ".native",
+    "NativeCall": ".native",
+    "raise_failed_check": ".native",
+    "run_native": ".native",
+    "DriverBurst": ".prepared",
+    "DriverPreparedModel": ".prepared",
+    "client_uid": ".prepared",
+    "shared_scheduler": ".prepared",
+    "ClaimMemo": ".shared",
+    "Lru": ".shared",
+    "RuleModules": ".shared",
+    "source_fingerprint": ".shared",
+    "Stages": ".stages",
+    "VerifiedContent": ".verified",
+}
+__getattr__ = exports(__name__, _EXPORTS)
 
 __all__ = ["Binding", "CacheWriter", "Claims", "CompileJob", "DriverBurst", "DriverDevice", "DriverPreparedModel",
            "Option", "client_uid", "interface_model", "io_of", "env_flag", "env_int", "import_with_env",

@@ -19,7 +19,7 @@ from ...hal import ErrorStatus, Model, NnError, OutputShape, Request
 from ...hal.constants import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from ...memory import ArrayPool, MappedImage, MappedPool
 from ...memory.domains import RequestBuffers
-from ...ops import numpy_dtype
+from ...hal import numpy_dtype
 from ...qos import checkpoint, current as current_ticket
 from ...qos.background import native_call
 

@@ -27,7 +27,6 @@ from ...hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId
 from ...memory import mappable_constant_flags, max_tensor_bytes
 from ...memory.domains import DriverDomain
 from ...qos import Scheduler, estimate_peak_bytes, normalize_deadline, threads
-from ...validation import validate_model, validate_preference, validate_priority
 from .job import (CacheWriter, Claims, CompileJob, close_handles, dup_handles, handles_empty,
                   within_deadline)
 from .options import Option, Options, env_flag, env_int
@@ -307,6 +306,7 @@ class DriverDevice(IDevice):
                 self._claim_memo.put(key, flags)
             if flags is not None and len(flags) == n:
                 return list(flags), key
+        from ...validation import validate_model  # (imported with the first model: a cached start has none)
         validate_model(model)
         try:
             answer = self.supported(model) if deadline is None else within_deadline(
@@ -356,6 +356,7 @@ class DriverDevice(IDevice):
         # Validates the model (or its very content was validated before); a claim analysis that outlasts the
         # deadline returns at it (MISSED_DEADLINE_TRANSIENT), as a compile does.
         claims, key = self._claims(model, normalize_deadline(deadline))
+        from ...validation import validate_preference, validate_priority
         validate_preference(preference)
         validate_priority(priority)
         preference, priority = ExecutionPreference(preference), Priority(priority)

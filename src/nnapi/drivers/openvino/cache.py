@@ -63,7 +63,7 @@ def from_blob(blob: memoryview) -> tuple[Model, ExecutionPreference, Priority, m
 
 def as_tensor(export: memoryview) -> ov.Tensor:
     """The exported model as a u8 tensor over the same memory (no copy)."""
-    from .lowering import writable_alias
+    from .tensors import writable_alias
     return ov.Tensor(writable_alias(np.frombuffer(export, np.uint8)), shared_memory=True)
 
 

@@ -27,6 +27,7 @@ from .backend import ov, ops
 from ...hal import ErrorStatus, Model, NnError, OperandLifeTime as L, OperandType as T
 from ...ops import OpContext, Tensor
 from ...validation import ConstantReader, build_operation_context, infer_model_shapes
+from .tensors import CHECK_PREFIX, check_outputs
 from .unroll import unroll_loops
 from ..base.lowering import LoweringTable, with_dims
 from .lowering import (B8, F16, F32, I32, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value,
@@ -341,20 +342,6 @@ def _build(model: Model, dims: list[tuple[int, ...]] | None, name: str) -> Built
         flags.get_tensor().set_names({CHECK_PREFIX + json.dumps([message for _, message in checks])})
         results.append(ops.result(flags, name="checks"))
     return BuiltGraph(ov.Model(results, params, name), [reader, model], has_budget)
-
-
-#: The name of the run-time checks' output tensor: this prefix and the JSON list of their messages.
-CHECK_PREFIX = "nnapi-checks:"
-
-
-def check_outputs(compiled: ov.CompiledModel, first: int) -> tuple[int, list[str]] | None:
-    """(output index, one message per flag) of the run-time checks among a compiled graph's outputs
-    from `first`; None when it has none."""
-    for k in range(first, len(compiled.outputs)):
-        for n in compiled.output(k).get_names():
-            if n.startswith(CHECK_PREFIX):
-                return k, [str(m) for m in json.loads(n[len(CHECK_PREFIX):])]
-    return None
 
 
 __all__ = ["Body", "BuiltGraph", "CHECK_PREFIX", "IO_TYPES", "check_outputs", "Lowered", "Scope", "build",

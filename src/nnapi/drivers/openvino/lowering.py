@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import ctypes
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -37,6 +36,7 @@ from .backend import ov, ops
 from ...hal import FusedActivationFunc, OperandType as T, OperationType as Op
 from ...ops import OpContext, Tensor
 from ..base import lowering as base_lowering
+from .tensors import writable_alias
 
 F32, F16, I32, B8 = T.TENSOR_FLOAT32, T.TENSOR_FLOAT16, T.TENSOR_INT32, T.TENSOR_BOOL8
 Q8A, Q8AS, Q8S, Q8PC = (T.TENSOR_QUANT8_ASYMM, T.TENSOR_QUANT8_ASYMM_SIGNED, T.TENSOR_QUANT8_SYMM,
@@ -165,19 +165,6 @@ def as_value(x: "Value | ov.Output | ov.Node", perm: Sequence[int] | None = None
 
 
 # --- node helpers --------------------------------------------------------------------------------------
-def writable_alias(array: np.ndarray) -> np.ndarray:
-    """`array` itself when writable, else a writable view of the same memory (OpenVINO shares only
-    writable numpy memory; it never writes to constants or input tensors). The caller keeps the
-    original (and its mapping) alive as long as the alias is used."""
-    if array.flags.writeable or array.size == 0:
-        return array
-    array = np.ascontiguousarray(array)
-    if array.flags.writeable:
-        return array
-    raw = (ctypes.c_char * array.nbytes).from_address(array.ctypes.data)
-    return np.frombuffer(raw, dtype=array.dtype).reshape(array.shape)
-
-
 def constant(array: np.ndarray | float | int, dtype: np.dtype | type | None = None) -> ov.Output:
     """A Constant; large contiguous arrays are shared, not copied (the graph builder keeps their
     memory alive with the compiled model)."""

@@ -24,8 +24,7 @@ from .backend import ov
 from ...hal import ErrorStatus, ExecutionPreference, Model, NnError, Priority
 from ..base import Binding, DriverPreparedModel
 from ..base.native import LoopBudgets, NativeCall, raise_failed_check, run_native
-from .graph import check_outputs
-from .lowering import writable_alias
+from .tensors import check_outputs, writable_alias
 
 #: The most iterations a loop may run per entry in one run of a graph with loops, and how much the
 #: budget grows at most from one run to the next.

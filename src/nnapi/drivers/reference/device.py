@@ -1,13 +1,16 @@
 """The reference driver's IDevice: supports every registered operation on the CPU."""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ...hal import (Capabilities, DataLocation, ErrorStatus, Model, NnError, Operand, OperandLifeTime,
                     OperandPerformance, OperandType, Operation, OperationType, PerformanceInfo, Subgraph)
-from ...ops import find_operation
 from ...qos import Calibration, calibrate, model_cost_ns
 from ..base import CompileJob, DriverDevice, Option, once
 from . import cache
-from .prepared_model import ReferencePreparedModel
+
+if TYPE_CHECKING:  # (the interpreter is imported when a model is first prepared, not when devices are listed)
+    from .prepared_model import ReferencePreparedModel
 
 NAME = "reference"
 
@@ -18,6 +21,7 @@ def _supported(model: Model, op: Operation) -> bool:
 
 
 def _supported_in(model: Model, sub: Subgraph, op: Operation, seen: frozenset[int]) -> bool:
+    from ...ops import find_operation
     if find_operation(op.type) is None:
         return False
     if op.type not in (OperationType.IF, OperationType.WHILE):
@@ -85,6 +89,7 @@ class ReferenceDevice(DriverDevice):
         return [_supported(model, op) for op in model.main.operations]
 
     def compile(self, job: CompileJob) -> ReferencePreparedModel:
+        from .prepared_model import ReferencePreparedModel
         if self.option("jit"):  # plan at the first execution, and write the cache then (C11)
             return ReferencePreparedModel(job.model, job.preference, job.priority, lazy=True,
                                           on_planned=job.defer_cache())
@@ -95,6 +100,7 @@ class ReferenceDevice(DriverDevice):
         return [model_blob], [data_blob]
 
     def load(self, model_blobs, data_blobs, job: CompileJob) -> ReferencePreparedModel:
+        from .prepared_model import ReferencePreparedModel
         model, preference, priority = cache.from_artifacts(model_blobs[0], data_blobs[0])
         try:
             return ReferencePreparedModel(model, preference, priority)

@@ -33,8 +33,9 @@ What the importer does:
 """
 from __future__ import annotations
 
-from typing import Any
+import importlib
 
+from ...lazy import exports
 from .imported import (IMPORTER_VERSION, INTERNAL_ERROR, ImportedModel, Problem, TensorInfo,
                        UnsupportedOperatorsError)
 
@@ -44,14 +45,11 @@ _LAZY = {"load_tflite": "load", "register": "registry", "register_custom": "regi
          "registered_operators": "registry"}
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
+def _operators() -> None:
     importlib.import_module(".operators", __name__)  # every family registers its operators: the table is complete
-    value = getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    globals()[name] = value
-    return value
+
+
+__getattr__ = exports(__name__, {name: f".{module}" for name, module in _LAZY.items()}, before=_operators)
 
 __all__ = ["IMPORTER_VERSION", "INTERNAL_ERROR", "ImportedModel", "Problem", "TensorInfo", "UnsupportedOperatorsError",
            "load_tflite", "register", "register_custom", "registered_operators"]
