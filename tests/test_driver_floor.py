@@ -320,6 +320,35 @@ def test_a_plug_in_package_can_be_a_version_source(tmp_path, monkeypatch):
         source_fingerprint("no_such_floor_pkg")
 
 
+def test_a_source_folder_read_once_is_remembered_until_a_file_of_it_changes(tmp_path, monkeypatch):
+    """The state directory remembers a settled folder's digest by a stamp of its files: a later process
+    reads none of them, and a rewrite that keeps the size and puts the times back is still seen."""
+    pkg = tmp_path / "floor_stamp_pkg"
+    pkg.mkdir()
+    source = pkg / "__init__.py"
+    source.write_text("X = 1\n")
+    old = 1_600_000_000_000_000_000
+    os.utime(source, ns=(old, old))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("NNAPI_STATE_DIR", str(tmp_path / "state"))
+    import pathlib
+    from nnapi.drivers.base import shared
+    monkeypatch.setattr(shared, "SETTLED_S", -1.0)  # (the file was written just now: take it as settled)
+    shared.forget_source_fingerprints()
+    first = shared.source_fingerprint("floor_stamp_pkg")
+    assert any(k.startswith("floor_stamp_pkg=") for k in json.loads((tmp_path / "state" / shared.SOURCE_DIGESTS)
+                                                                        .read_text()))
+    reads = []
+    real = pathlib.Path.read_bytes
+    monkeypatch.setattr(pathlib.Path, "read_bytes", lambda self: reads.append(self) or real(self))
+    shared.forget_source_fingerprints()
+    assert shared.source_fingerprint("floor_stamp_pkg") == first and reads == []  # (remembered: nothing read)
+    source.write_text("X = 2\n")  # the same size, the old times put back: the change time still moved
+    os.utime(source, ns=(old, old))
+    shared.forget_source_fingerprints()
+    assert shared.source_fingerprint("floor_stamp_pkg") != first and reads == [source]
+
+
 def test_an_interface_round_trips_through_plain_data():
     m = nnapi.Model()
     x = m.add_operand(T.TENSOR_QUANT8_ASYMM, (1, 4), scale=0.5, zero_point=3)

@@ -44,7 +44,7 @@ def source_fingerprint(*folders: str) -> str:
 SOURCE_DIGESTS = "source-digests.json"
 #: A folder with a file modified this recently is not remembered: a second write within the file
 #: system's time resolution could leave its stamp unchanged.
-_SETTLED_S = 2.0
+SETTLED_S = 2.0
 
 
 @functools.lru_cache(maxsize=64)
@@ -68,7 +68,7 @@ def _folder_digest(folder: str) -> bytes:
         h.update(f"{folder}/{name}".encode())
         h.update((where / name).read_bytes())
     newest = max((max(st.st_mtime, st.st_ctime) for _, st in files), default=0.0)
-    if time.time() - newest > _SETTLED_S:
+    if time.time() - newest > SETTLED_S:
         _remember_digest(key, stamped, h.digest())
     return h.digest()
 
