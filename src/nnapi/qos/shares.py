@@ -69,25 +69,34 @@ class Levels:
         dt = now - self.accounted
         self.accounted = now
         if dt > 0:
-            for rank in range(RANKS):
-                higher = sum(1 for t in running if t.rank > rank)
-                if self.waiting[rank] or any(t.rank == rank for t in running):
-                    pausing = sum(1 for t in running if t.rank == rank and t.pausing)
-                    self._owed[rank] += dt * (higher * self._num + pausing * self._den)
-                elif self._owed[rank] > 0:
-                    self._owed[rank] = 0  # the level has no work left: its backlog is over
-                # Useful running: alone at the top of the app, or on the turn (beside higher work, other
-                # work pauses soon or runs native code in the OS's background: little progress); a
-                # native call that may be stopped keeps what it would pay until it completes.
-                paying = 0
-                for t in running:
-                    if t.rank == rank and not t.pausing and (not higher or t is self.turn):
-                        if t.native_since is None:
-                            paying += 1
-                        else:
-                            t.native_useful += dt
-                if paying:
-                    self.pay(rank, dt * paying)
+            # (one pass over the running work, then one per level: this runs twice per execution)
+            owed, waiting = self._owed, self.waiting
+            counts, pausing, higher = [0] * RANKS, [0] * RANKS, [0] * RANKS
+            for t in running:
+                counts[t.rank] += 1
+                if t.pausing:
+                    pausing[t.rank] += 1
+            above = 0
+            for rank in range(RANKS - 1, -1, -1):
+                higher[rank] = above
+                if waiting[rank] or counts[rank]:
+                    owed[rank] += dt * (above * self._num + pausing[rank] * self._den)
+                elif owed[rank] > 0:
+                    owed[rank] = 0  # the level has no work left: its backlog is over
+                above += counts[rank]
+            # Useful running: alone at the top of the app, or on the turn (beside higher work, other
+            # work pauses soon or runs native code in the OS's background: little progress); a
+            # native call that may be stopped keeps what it would pay until it completes.
+            paying = [0] * RANKS if running else None
+            for t in running:
+                if not t.pausing and (not higher[t.rank] or t is self.turn):
+                    if t.native_since is None:
+                        paying[t.rank] += 1
+                    else:
+                        t.native_useful += dt
+            for rank, n in enumerate(paying or ()):
+                if n:
+                    self.pay(rank, dt * n)
         turn = self.turn
         if turn is not None and turn.native_since is None and self._owed[turn.rank] <= 0:
             self.turn = None  # paid: the app's priorities hold again
