@@ -360,3 +360,19 @@ def test_an_interface_round_trips_through_plain_data():
     assert ins == [(int(T.TENSOR_QUANT8_ASYMM), (1, 4), 0.5, 3)] and outs == ins
     back = interface_model(*json.loads(json.dumps([ins, outs])))
     assert io_of(back) == (ins, outs) and back.main.operations == []
+
+
+def test_read_only_views_are_reused_only_for_the_very_array_and_never_mix_up_slices():
+    from nnapi.drivers.base.binding import read_only
+    x = np.arange(8, dtype=np.float32)
+    first = read_only(x)
+    assert read_only(x) is first and not first.flags.writeable and np.shares_memory(first, x)
+    with pytest.raises(ValueError):
+        first[0] = 1.0  # a driver's write to the app's memory is refused
+    whole = np.arange(16, dtype=np.float32)
+    seen = []
+    for start in (0, 4, 8):  # slices of one array, made and dropped in turn (their ids may repeat)
+        part = whole[start:start + 4]
+        seen.append(read_only(part).tolist())
+        del part
+    assert seen == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]

@@ -31,11 +31,12 @@ def region_length(pool: MappedPool, length: int) -> int:
 
 #: The read-only view of an array handed out last, by (id, dtype, shape, strides): the same view object
 #: for the same array, as drivers that keep a tensor set up over an input compare identity. An entry
-#: lives as long as a driver keeps its view; `_viewed` holds (weakly) the array each view was made of, so
-#: the view is reused only for that very array, alive (a numpy array's memory never moves while a view
-#: of it exists), with no look at its data pointer (which costs more than the rest of the call).
+#: lives as long as a driver keeps its view, and is reused only for the very array it was made of (its
+#: `base`, alive: a numpy array's memory never moves while a view of it exists), with no look at its data
+#: pointer (which costs more than the rest of the call). A view of a view has the first one's base
+#: (numpy collapses them), which cannot tell two slices of one array apart: such an array gets a new view
+#: each time.
 _read_only_views: "weakref.WeakValueDictionary[tuple, np.ndarray]" = weakref.WeakValueDictionary()
-_viewed: "weakref.WeakValueDictionary[tuple, np.ndarray]" = weakref.WeakValueDictionary()
 
 
 def read_only(array: np.ndarray) -> np.ndarray:
@@ -45,11 +46,11 @@ def read_only(array: np.ndarray) -> np.ndarray:
         return array
     key = (id(array), array.dtype.str, array.shape, array.strides)
     view = _read_only_views.get(key)
-    if view is None or _viewed.get(key) is not array:
+    if view is None or view.base is not array:
         view = array.view()
         view.flags.writeable = False
-        _read_only_views[key] = view
-        _viewed[key] = array
+        if view.base is array:
+            _read_only_views[key] = view
     return view
 
 
