@@ -355,3 +355,57 @@ def test_low_work_held_in_a_native_call_beside_high_work_gets_its_turn_where_it_
     assert low.preempted_at == ["low step 40"]
     stream.end()
     assert s.snapshot()["running"] == 0 and s._free == s.workers
+
+
+def _account_as_specified(levels: Levels, running: list, now: int) -> None:
+    """The ledger's rules as the module doc states them, level by level (no shortcut): what `account`
+    must do in every state."""
+    dt = now - levels.accounted
+    levels.accounted = now
+    owed, num, den = levels._owed, *owed_ratio(1 / 3)
+    if dt > 0:
+        for rank in range(len(owed)):
+            higher = sum(1 for t in running if t.rank > rank)
+            if levels.waiting[rank] or any(t.rank == rank for t in running):
+                pausing = sum(1 for t in running if t.rank == rank and t.pausing)
+                owed[rank] += dt * (higher * num + pausing * den)
+            elif owed[rank] > 0:
+                owed[rank] = 0
+            paying = 0
+            for t in running:
+                if t.rank == rank and not t.pausing and (not higher or t is levels.turn):
+                    if t.native_since is None:
+                        paying += 1
+                    else:
+                        t.native_useful += dt
+            if paying:
+                levels.pay(rank, dt * paying)
+    turn = levels.turn
+    if turn is not None and turn.native_since is None and owed[turn.rank] <= 0:
+        levels.turn = None
+
+
+def test_the_ledger_accounts_every_state_as_its_rules_say():
+    """Random ledgers (levels owed, in debt or even, waiting and running work, pausing, native calls and
+    turns), each accounted by `account` and by the rules written out: the same ledger afterwards."""
+    import copy
+    import random
+    rng = random.Random(7)
+    for case in range(3000):
+        levels = Levels(0, owed_ratio(1 / 3))
+        running = []
+        for _ in range(rng.choice([0, 1, 1, 1, 2, 3])):
+            t = Stub(rng.randrange(3), native=rng.random() < 0.4)
+            t.pausing = rng.random() < 0.2
+            running.append(t)
+        levels.waiting = [rng.choice([0, 0, 0, 1, 2]) for _ in range(3)]
+        levels._owed = [rng.choice([0, 0, 0, 5_000_000, -3_000_000]) for _ in range(3)]
+        levels.turn = rng.choice([None, None, *running]) if running else None
+        twin, twin_running = copy.deepcopy((levels, running))
+        twin.turn = None if levels.turn is None else twin_running[running.index(levels.turn)]
+        now = rng.choice([0, 1, 1_000, 2_000_000])
+        levels.account(running, now)
+        _account_as_specified(twin, twin_running, now)
+        assert levels._owed == twin._owed, case
+        assert (levels.turn is None) == (twin.turn is None), case
+        assert [t.native_useful for t in running] == [t.native_useful for t in twin_running], case
