@@ -75,11 +75,23 @@ def _fresh(c: nnapi.Compilation, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def _counting(c: nnapi.Compilation) -> list[int]:
-    """Calls of every step's prepared model, counted."""
+    """Computations of every step's prepared model, counted: its synchronous executions and those of the
+    reusable executions made of it."""
     calls: list[int] = []
+
+    def counted(real):
+        return lambda *a, **k: calls.append(1) or real(*a, **k)
+
+    def reusable(real):
+        def make(*a, **k):
+            execution = real(*a, **k)
+            execution.compute = counted(execution.compute)
+            return execution
+        return make
+
     for step in c.steps:
-        real = step.prepared.execute_synchronously
-        step.prepared.execute_synchronously = (lambda real: lambda *a, **k: calls.append(1) or real(*a, **k))(real)
+        step.prepared.execute_synchronously = counted(step.prepared.execute_synchronously)
+        step.prepared.create_reusable_execution = reusable(step.prepared.create_reusable_execution)
     return calls
 
 
@@ -416,3 +428,70 @@ def test_a_session_run_from_several_threads_at_once_gives_each_its_own_results()
 
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         assert all(pool.map(one, range(60)))
+
+
+# --- the driver side: IPreparedModel.create_reusable_execution (Android's IExecution) --------------------------
+def _hal_request(x: np.ndarray, y: np.ndarray, out: np.ndarray):
+    from nnapi.hal import DataLocation, MemoryPool, Request, RequestArgument
+    return Request([RequestArgument(location=DataLocation(k, 0, x.nbytes)) for k in (0, 1)],
+                   [RequestArgument(location=DataLocation(2, 0, out.nbytes))],
+                   [MemoryPool(pointer=x), MemoryPool(pointer=y), MemoryPool(pointer=out)])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_drivers_reusable_execution_reads_its_memory_anew_at_each_computation(device):
+    from nnapi.hal import ExecutionPreference, MeasureTiming, Priority
+    _installed(device)
+    dev = next(d for d in nnapi.devices() if d.name == device)
+    model = add_relu_model(4)
+    prepared = dev.driver.prepare_model(model.to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM,
+                                        None, None, None)
+    x, y, out = np.zeros(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32)
+    execution = prepared.create_reusable_execution(_hal_request(x, y, out), MeasureTiming.YES, None)
+    for k in range(RUNS):
+        x[:], y[:] = _feeds(4, k)
+        shapes, timing = execution.compute()
+        np.testing.assert_array_equal(out, np.maximum(x + y, 0))
+        assert [tuple(s.dimensions) for s in shapes] == [(4,)] and timing.time_in_driver >= timing.time_on_device >= 0
+    with pytest.raises(nnapi.NnError) as missed:
+        execution.compute(deadline=1)  # (monotonic ns 1: long past)
+    assert missed.value.status == ErrorStatus.MISSED_DEADLINE_PERSISTENT
+    x[:], y[:] = _feeds(4, 99)
+    execution.compute()  # (a refused computation leaves the execution usable)
+    np.testing.assert_array_equal(out, np.maximum(x + y, 0))
+
+
+def test_a_drivers_reusable_execution_of_an_invalid_request_is_refused_when_made():
+    from nnapi.hal import DataLocation, ExecutionPreference, MeasureTiming, MemoryPool, Priority, Request, \
+        RequestArgument
+    dev = next(d for d in nnapi.devices() if d.name == "reference")
+    prepared = dev.driver.prepare_model(add_relu_model(4).to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER,
+                                        Priority.MEDIUM, None, None, None)
+    x = np.zeros(4, np.float32)
+    short = Request([RequestArgument(location=DataLocation(0, 0, 16)), RequestArgument(location=DataLocation(0, 0, 8))],
+                    [RequestArgument(location=DataLocation(0, 0, 16))], [MemoryPool(pointer=x)])
+    with pytest.raises(nnapi.NnError) as refused:
+        prepared.create_reusable_execution(short, MeasureTiming.NO, None)
+    assert refused.value.status == ErrorStatus.INVALID_ARGUMENT and "input 1" in refused.value.message
+
+
+def test_a_driver_without_its_own_reusable_execution_gets_one_that_executes_each_time():
+    """A HAL driver that implements only the abstract calls: the default reusable execution is an
+    `execute_synchronously` per computation, and a reusable runtime execution works on it."""
+    from nnapi.hal import SimpleExecution
+    dev = next(d for d in nnapi.devices() if d.name == "reference")
+    from nnapi.hal import ExecutionPreference, MeasureTiming, Priority
+    from nnapi.hal.interfaces import IPreparedModel
+    prepared = dev.driver.prepare_model(add_relu_model(4).to_hal(), ExecutionPreference.FAST_SINGLE_ANSWER,
+                                        Priority.MEDIUM, None, None, None)
+    x, y, out = np.ones(4, np.float32), -np.ones(4, np.float32) * 3, np.zeros(4, np.float32)
+    default = IPreparedModel.create_reusable_execution(prepared, _hal_request(x, y, out), MeasureTiming.NO, None)
+    assert isinstance(default, SimpleExecution)
+    calls = []
+    real = prepared.execute_synchronously
+    prepared.execute_synchronously = lambda *a, **k: calls.append(1) or real(*a, **k)
+    default.compute()
+    x[:] = 5
+    default.compute()
+    assert len(calls) == 2
+    np.testing.assert_array_equal(out, np.full(4, 2, np.float32))

@@ -14,8 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from nnapi.drivers.reference import ReferenceDevice
-from nnapi.hal import (DeviceInfo, ErrorStatus, IBuffer, IBurst, IDevice, IFencedExecutionCallback, IPreparedModel,
-                       MemoryPool, Model, NnError, OperationType, OutputShape, Priority, Request,
+from nnapi.hal import (DeviceInfo, ErrorStatus, IBuffer, IBurst, IDevice, IExecution, IFencedExecutionCallback,
+                       IPreparedModel, MemoryPool, Model, NnError, OperationType, OutputShape, Priority, Request,
                        SimpleBurst, Subgraph, Timing)
 from nnapi.memory import map_handle, map_pool
 from nnapi.memory.domains import calling_client, current_client
@@ -41,6 +41,9 @@ class DelegatingPrepared(IPreparedModel):
 
     def configure_execution_burst(self) -> IBurst:
         return self.inner.configure_execution_burst()
+
+    def create_reusable_execution(self, request, measure, loop_timeout_ns, **kw) -> IExecution:
+        return self.inner.create_reusable_execution(request, measure, loop_timeout_ns, **kw)
 
 
 class Delegating(IDevice):
@@ -373,6 +376,31 @@ class BurstIgnoresTokens(Delegating):
 
     NAME = "broken-burst-tokens"
     Prepared = LaxBurstPrepared
+
+
+class _StaleExecution(IExecution):
+    """Computes once; later computations report success and write nothing."""
+
+    def __init__(self, inner: IExecution) -> None:
+        self.inner, self.result = inner, None
+
+    def compute(self, deadline=None):
+        if self.result is None:
+            self.result = self.inner.compute(deadline)
+        return self.result
+
+
+class StaleReusablePrepared(DelegatingPrepared):
+    def create_reusable_execution(self, request, measure, loop_timeout_ns, **kw) -> IExecution:
+        return _StaleExecution(self.inner.create_reusable_execution(request, measure, loop_timeout_ns, **kw))
+
+
+class ReusableComputesOnce(Delegating):
+    """Breaks Android 13's IExecution: a reusable execution computes only the first time (later ones keep
+    the first result and write nothing)."""
+
+    NAME = "broken-reusable-once"
+    Prepared = StaleReusablePrepared
 
 
 # --- execution ---------------------------------------------------------------------------------------------
@@ -709,6 +737,8 @@ BROKEN = [
     Broken(DropsOutputShapes, "execution", "dynamic-output-shape[sync]", "reported output shapes []"),
     Broken(WrongLogisticValues, "vectors", "logistic", "values off"),
     Broken(WritesInputs, "execution", "execution/sync[timing-no]", "input 0 was written"),
+    Broken(ReusableComputesOnce, "execution", "execution/reusable[timing-no]",
+           "reusable execution (timing NO) computed [nan, nan, nan, nan], expected [2.0, 0.0, 4.0, 0.0]"),
     Broken(RaisingClaims, "memory", "io-pool[ashmem][sync]", "supported() raised KeyError: 'no claim rule for "
            "RELU' on a model of ADD, RELU"),
     Broken(CachesNothing, "caching", "save-and-retrieve[float32]", "cached none of the kit's models"),

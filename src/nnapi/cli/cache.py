@@ -24,6 +24,7 @@ def run(args: argparse.Namespace) -> int:
     """List, verify or prune; exit status 1 when `verify` finds a bad entry."""
     from rich.table import Table
 
+    from ..importers.tflite import remembered  # noqa: F401  (registers the import memo's check)
     from ..runtime.cache_admin import list_cache, prune_cache, verify_cache
     try:
         if args.action == "ls":
@@ -64,7 +65,7 @@ def cache_row(entry: dict, verified: bool) -> list[str]:
     """One `nnapi cache ls|verify` table row: the entry's name (which encodes its token), kind, device,
     model / data cache files, size, last use (local time) and state; verify adds ok, stage, reason."""
     files = (f"{entry['model_files']} model, {entry['data_files']} data" if entry["model_files"] is not None
-             else "1 engine entry")
+             else "1 import memo" if entry["kind"] == "import" else "1 engine entry")
     row = [entry["name"], entry["kind"], entry.get("device") or "-", files, size_text(entry["size"]),
            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(entry["last_used"])), entry["state"]]
     if verified:

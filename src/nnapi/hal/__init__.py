@@ -7,8 +7,8 @@ from .enums import (DeviceType, ErrorStatus, ExecutionPreference, FusedActivatio
                     ResultCode)
 from .errors import NnError, invalid, result_code_for, status_for
 from .identity import calling_client, current_client
-from .interfaces import (ExecutionCallback, IBuffer, IBurst, IDevice, IFencedExecutionCallback, IPreparedModel,
-                         SimpleBurst, check_burst_tokens)
+from .interfaces import (ExecutionCallback, IBuffer, IBurst, IDevice, IExecution, IFencedExecutionCallback,
+                         IPreparedModel, SimpleBurst, SimpleExecution, check_burst_tokens)
 from .shapes import byte_size, combine_dims, is_fully_specified, is_int, is_scalar_type, numpy_dtype
 from .types import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId, DataLocation, DeviceInfo,
                     MemoryHandle, MemoryPool, Model, Operand, OperandPerformance, Operation, OutputShape,

@@ -92,12 +92,43 @@ def check_burst_tokens(request: Request, tokens: Sequence[int]) -> None:
             raise invalid(f"burst: memory identifier token {k} is {t!r}, expected an integer >= -1")
 
 
+class IExecution(abc.ABC):
+    """One request bound to a prepared model once, computed again and again (Android's IExecution, made by
+    `IPreparedModel.create_reusable_execution`): the driver may check and map the request once; each
+    computation reads the request's memory as it is then and writes its outputs there. One computation
+    at a time."""
+
+    @abc.abstractmethod
+    def compute(self, deadline: int | None = None) -> tuple[list[OutputShape], Timing]:
+        """Run the bound request to completion (as `IPreparedModel.execute_synchronously`)."""
+
+
+class SimpleExecution(IExecution):
+    """A reusable execution that keeps nothing: each computation is an `execute_synchronously` of its
+    prepared model. What `IPreparedModel.create_reusable_execution` gives by default."""
+
+    def __init__(self, prepared: "IPreparedModel", request: Request, measure: MeasureTiming,
+                 loop_timeout_ns: int | None, client: ClientId | None = None) -> None:
+        self.prepared, self.request, self.measure, self.loop_timeout_ns = prepared, request, measure, loop_timeout_ns
+        self._kwargs = {} if client is None else {"client": client}
+
+    def compute(self, deadline: int | None = None) -> tuple[list[OutputShape], Timing]:
+        return self.prepared.execute_synchronously(self.request, self.measure, deadline, self.loop_timeout_ns,
+                                                   **self._kwargs)
+
+
 class IPreparedModel(abc.ABC):
     """A model compiled for one device."""
 
     def configure_execution_burst(self) -> IBurst:
         """A burst for consecutive executions of this model (default: one that caches nothing)."""
         return SimpleBurst(self)
+
+    def create_reusable_execution(self, request: Request, measure: MeasureTiming, loop_timeout_ns: int | None,
+                                  *, client: ClientId | None = None) -> IExecution:
+        """`request` bound once for many computations (Android's createReusableExecution); an invalid
+        request may be refused here (INVALID_ARGUMENT). Default: one that keeps nothing."""
+        return SimpleExecution(self, request, measure, loop_timeout_ns, client)
 
     @abc.abstractmethod
     def execute(self, request: Request, measure: MeasureTiming, deadline: int | None,

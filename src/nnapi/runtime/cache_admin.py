@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..hal import CacheHandles
-from .cache_files import IMPORT_MEMO_SUFFIX, close_cache_files, token_from_name
+from .cache_files import FILE_CHECKS, IMPORT_MEMO_SUFFIX, close_cache_files, token_from_name
 from .devices import Device, devices as all_devices
 
 ENGINE_INDEX = "index.sqlite3"
@@ -235,7 +235,10 @@ def _app_entries(path: Path) -> list[tuple[_Source, dict]]:
 
 def _import_entries(path: Path) -> list[tuple[_Source, dict]]:
     """The import memos of an app cache directory (`importers.tflite.remembered`), one entry per file,
-    and the temporary files of interrupted memo writes."""
+    and the temporary files of interrupted memo writes; none until the memo's module has registered its
+    check (`FILE_CHECKS`: `nnapi cache` loads it)."""
+    if IMPORT_MEMO_SUFFIX not in FILE_CHECKS:
+        return []
     source = _Source("import", path)
     entries = []
     with os.scandir(path) as it:
@@ -312,9 +315,8 @@ def _verified(source: _Source, entry: dict, devices) -> dict:
     if source.kind == "app":
         ok, device, reason, stage = _verify_app(source.path, entry, all_devices() if devices is None else devices)
     elif source.kind == "import":
-        from ..importers.tflite import remembered  # (the memo's format is the importer's)
         reason = "temporary file of an interrupted write" if entry["state"] == "temporary" else \
-            remembered.check(source.path / entry["name"])
+            FILE_CHECKS[IMPORT_MEMO_SUFFIX](str(source.path / entry["name"]))
         ok, device = reason is None, None
     else:
         ok, device, reason = _verify_engine(source, entry)

@@ -12,6 +12,7 @@ import os
 import stat
 import struct
 import time
+from typing import Callable
 
 from dataclasses import dataclass
 
@@ -33,6 +34,10 @@ class CacheOutcome:
 
 #: The suffix of the importer's memo files in an app cache folder (`importers.tflite.remembered`).
 IMPORT_MEMO_SUFFIX = ".tflite-import"
+#: Checks of the other files an app cache folder holds, by suffix: why such a file would never be used
+#: again (None: it would be). Their owners register them (the import memo's module registers its own),
+#: and `nnapi cache` lists, verifies and prunes the files of each registered suffix.
+FILE_CHECKS: dict[str, Callable[[str], str | None]] = {}
 
 #: NDK priority codes, which Android hashes into the token.
 NDK_PRIORITY = {0: 90, 1: 100, 2: 110}

@@ -24,8 +24,8 @@ import numpy as np
 
 from .. import hal
 from .. import tracing as trace
-from ..hal import (DataLocation, ErrorStatus, LOOP_TIMEOUT_DEFAULT_NS, MeasureTiming, MemoryPool, NnError,
-                   OutputShape, Request, RequestArgument, Timing, numpy_dtype)
+from ..hal import (DataLocation, ErrorStatus, IExecution, LOOP_TIMEOUT_DEFAULT_NS, MeasureTiming, MemoryPool, NnError,
+                   OutputShape, Request, RequestArgument, SimpleExecution, Timing, numpy_dtype)
 from ..memory import max_tensor_bytes
 from .memory import Memory
 from .partitioner import Step
@@ -104,6 +104,25 @@ class PreparedExecutor:
 
 #: The executor of plain executions (it holds nothing).
 PREPARED = PreparedExecutor()
+
+
+class ReusingExecutor:
+    """Each step's request runs through a reusable execution of its prepared model, made the first time
+    that very request runs (`IPreparedModel.create_reusable_execution`: the driver checks and maps it
+    once) and computed again at each later run of it. A `BoundPlan`'s plain runs go through one."""
+
+    def __init__(self) -> None:
+        self._made: dict[int, tuple[Request, MeasureTiming, int, IExecution]] = {}
+
+    def execute_step(self, index: int, step: Step, request: Request, measure: MeasureTiming, deadline: int | None,
+                     loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]:
+        made = self._made.get(index)
+        if made is None or made[0] is not request or made[1] != measure or made[2] != loop_timeout_ns:
+            create = getattr(step.prepared, "create_reusable_execution", None)  # (a driver that predates it:
+            execution = create(request, measure, loop_timeout_ns) if create is not None else \
+                SimpleExecution(step.prepared, request, measure, loop_timeout_ns)  # one call per computation)
+            made = self._made[index] = (request, measure, loop_timeout_ns, execution)
+        return made[3].compute(deadline)
 
 
 @dataclass
@@ -362,12 +381,16 @@ class BoundPlan:
         self.requests: list[Request | None] = [direct] if direct is not None else [
             plan._step_request(step, arguments, self._shared, None) if plan._static(step) else None
             for step in plan.steps]
+        #: Plain runs of these requests go through the drivers' reusable executions.
+        self._reusing = ReusingExecutor()
 
     def run(self, executor: StepExecutor = PREPARED, deadline: int | None = None) -> Outcome:
         """Run every step in order through `executor` against `deadline` (monotonic ns, None: none).
         OUTPUT_INSUFFICIENT_SIZE for a main output carries the shape of every output
         (`NnError.output_shapes`); a temporary a driver needs larger is grown and its step run again."""
         plan = self.plan
+        if executor is PREPARED:
+            executor = self._reusing
         shapes: list[OutputShape | None] = [None] * len(plan.outputs)
         request = self.requests[0] if plan.whole else None
         if request is not None:  # (one step, its request built: nothing to route)

@@ -2,11 +2,11 @@
 
 First the kit's own models, so each behaviour has a check of its own name: synchronous, asynchronous
 (a callback that never comes fails after the kit's time limit), fenced (also after a real sync fence),
-burst, in-place pointer pools, dynamic output shapes, OUTPUT_INSUFFICIENT_SIZE with the needed shapes,
+burst, reusable (Android 13's IExecution, computed twice), in-place pointer pools, dynamic output shapes, OUTPUT_INSUFFICIENT_SIZE with the needed shapes,
 and measured timing (time on the device <= time in the driver, UINT64_MAX when not asked).
 
 Then one check per model of the vector corpus (`--quick`: the stratified sample), each running the
-VTS configurations (6.1): GENERAL {sync, async, burst} x timing {NO, YES}; FENCED_COMPUTE (fenced x
+VTS configurations (6.1): GENERAL {sync, async, burst, reusable} x timing {NO, YES}; FENCED_COMPUTE (fenced x
 timing, a second fenced execution waiting on a returned fence); shared memory read in place
 (pointers); MEMORY_DOMAIN {sync, async, fenced} with every input and output in its own driver buffer;
 DYNAMIC_SHAPE with every output dimension unknown, UNSPECIFIED and INSUFFICIENT through {sync, async,
@@ -199,7 +199,7 @@ def _compare(kit: Kit, c: Case, io: Io, outcome: Outcome, what: str, shapes_requ
 
 def _general(kit: Kit, c: Case, prepared: Any) -> None:
     zero = c.has_zero_sized_output
-    for executor in ("sync", "async", "burst", "fenced"):
+    for executor in ("sync", "async", "burst", "fenced", "reusable"):
         for measure in MEASURES:
             what = f"{executor} execution (timing {measure.name})"
             with vts_io(c.inputs, c.output_nbytes()) as io:
@@ -363,14 +363,14 @@ def generated_test(kit: Kit, test: Any) -> None:
 
 
 def checks(kit: Kit) -> Iterator[Check]:
-    for executor in ("sync", "async", "fenced", "burst"):
+    for executor in ("sync", "async", "fenced", "burst", "reusable"):
         for measure in MEASURES:
             yield make(SUITE, f"{executor}[timing-{measure.name.lower()}]", f"{G} (Executor {executor.upper()}, "
                        f"MeasureTiming {measure.name})", executor_check, executor, measure)
     yield make(SUITE, "async-callback-once", "§6.1 ASYNC: the callback comes once (HAL execute_1_3)", async_callback)
     yield make(SUITE, "fenced-waits-for-fence", "§4.3 executeFenced runs after its waitFor fences",
                fenced_waits_for_fence)
-    for executor in ("sync", "async", "burst", "fenced"):
+    for executor in ("sync", "async", "burst", "fenced", "reusable"):
         yield make(SUITE, f"timing-order[{executor}]", "§6.1 MeasureTiming YES: timeOnDevice <= timeInDriver "
                    "(§6.4 TimingTest)", timing_check, executor)
     for executor in ("sync", "async", "burst"):

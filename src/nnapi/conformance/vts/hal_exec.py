@@ -1,5 +1,5 @@
 """Executions through the HAL as the VTS drives them: requests over shared memory, pointers or driver
-buffers, and one call per executor (sync, async, fenced, burst) read back as (status, shapes, timing).
+buffers, and one call per executor (sync, async, fenced, burst, reusable) read back as (status, shapes, timing).
 
 Everything here calls the driver through `Kit.call`, so a hang or a plain exception becomes a
 failure of the check, never of the kit. Every execution, whatever the check and the executor, also
@@ -25,8 +25,9 @@ from ...memory import (HardwareBuffer, MappedImage, allocate_ashmem, close_handl
 from .core import DriverHang, Fail, Kit, status_name
 
 NO_TIMING = 2**64 - 1
-#: The executors of a prepared model (VTS `Executor`, with FENCED).
-EXECUTORS = ("sync", "async", "fenced", "burst")
+#: The executors of a prepared model (VTS `Executor`, with FENCED; "reusable": Android 13's reusable
+#: execution, `create_reusable_execution`, computed twice).
+EXECUTORS = ("sync", "async", "fenced", "burst", "reusable")
 
 
 # --- memory -------------------------------------------------------------------------------------------
@@ -363,6 +364,8 @@ def _execute(kit: Kit, prepared: Any, request: Request, executor: str, measure: 
         return _execute_fenced(kit, prepared, request, measure, deadline, loop_timeout_ns)
     if executor == "burst":
         return _execute_burst(kit, prepared, request, measure, deadline, loop_timeout_ns)
+    if executor == "reusable":
+        return _execute_reusable(kit, prepared, request, measure, deadline, loop_timeout_ns)
     raise ValueError(f"unknown executor {executor!r}")
 
 
@@ -452,6 +455,53 @@ def _execute_burst(kit: Kit, prepared: Any, request: Request, measure: MeasureTi
             kit.call("IBurst.release_memory_resource", burst.release_memory_resource, t)
     shapes, timing = _pair(value, what)
     return Outcome(ErrorStatus.NONE, _shapes(shapes, what), _timing(timing, what))
+
+
+def _execute_reusable(kit: Kit, prepared: Any, request: Request, measure: MeasureTiming, deadline: int | None,
+                      loop_timeout_ns: int | None) -> Outcome:
+    """A reusable execution of `request`, computed twice: when the first computation succeeds, the second,
+    made after the kit overwrote every output region with 0xFF bytes, must succeed too and write the
+    outputs again (its outcome is the one returned). With a deadline, one computation (a second one is
+    later, against the same deadline); a failed first computation is the outcome."""
+    what = "create_reusable_execution"
+    create = getattr(prepared, what, None)
+    if create is None:
+        raise Fail(f"the prepared model has no {what} (IPreparedModel's default gives one)")
+    try:
+        execution = kit.call(what, create, request, measure, loop_timeout_ns)
+    except NnError as e:
+        return _error(e, launch=True)
+    if execution is None or not hasattr(execution, "compute"):
+        raise Fail(f"{what} returned {execution!r}, not an IExecution")
+    outcome = None
+    for attempt in range(1 if deadline is not None else 2):
+        if attempt:
+            if outcome.status != ErrorStatus.NONE:
+                return outcome
+            _poison_outputs(request)
+        what = f"IExecution.compute ({'second' if attempt else 'first'} computation)"
+        try:
+            value = kit.call(what, execution.compute, deadline)
+        except NnError as e:
+            if attempt:
+                raise Fail(f"a reusable execution computed once, then its second computation failed: "
+                           f"{status_name(e.status)}: {e.message}") from None
+            outcome = _error(e)
+            continue
+        shapes, timing = _pair(value, what)
+        outcome = Outcome(ErrorStatus.NONE, _shapes(shapes, what), _timing(timing, what))
+    return outcome
+
+
+def _poison_outputs(request: Request) -> None:
+    """Every output region of `request` the kit can map, overwritten with 0xFF bytes (NaN for floats)."""
+    for index, spans in _output_spans(request).items():
+        try:
+            view = map_pool(request.pools[index])
+            for start, end in spans:
+                view.buffer[start:end] = b"\xff" * (end - start)
+        except Exception:  # (what the kit cannot map, it leaves as it is)
+            continue
 
 
 def execute_fenced_after(kit: Kit, prepared: Any, request: Request, wait_for: Sequence[int],

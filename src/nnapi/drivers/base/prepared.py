@@ -15,8 +15,8 @@ import time
 from typing import TYPE_CHECKING, Callable, Sequence
 
 from ... import tracing as trace
-from ...hal import (ClientId, ErrorStatus, ExecutionPreference, IBurst, IPreparedModel, MeasureTiming, Model,
-                    NnError, OutputShape, Priority, Request, Timing, check_burst_tokens)
+from ...hal import (ClientId, ErrorStatus, ExecutionPreference, IBurst, IExecution, IPreparedModel, MeasureTiming,
+                    Model, NnError, OutputShape, Priority, Request, Timing, check_burst_tokens)
 from ...memory import MappedPool, map_pool, map_pool_kept
 from ...memory.domains import DriverDomain, current_client
 from ...qos import DurationStats, Scheduler, Ticket, normalize_deadline, threads
@@ -241,6 +241,10 @@ class DriverPreparedModel(IPreparedModel):
     def configure_execution_burst(self) -> "DriverBurst":
         return DriverBurst(self)
 
+    def create_reusable_execution(self, request: Request, measure: MeasureTiming, loop_timeout_ns: int | None,
+                                  *, client: ClientId | None = None) -> "DriverExecution":
+        return DriverExecution(self, request, measure, loop_timeout_ns, client)
+
 
 class DriverBurst(IBurst):
     """A burst of one prepared model: request pools named by a memory identifier token stay mapped
@@ -282,6 +286,23 @@ class DriverBurst(IBurst):
     def release_memory_resource(self, token: int) -> None:
         with self._lock:
             self._mapped.pop(token, None)
+
+
+class DriverExecution(IExecution):
+    """A reusable execution of one prepared model: its request is checked and its memory mapped once, at
+    creation (INVALID_ARGUMENT then); each computation only resolves its memory-domain buffers (their
+    state may have changed), is admitted, binds and runs."""
+
+    def __init__(self, prepared: DriverPreparedModel, request: Request, measure: MeasureTiming,
+                 loop_timeout_ns: int | None, client: ClientId | None = None) -> None:
+        prepared.validate(request)
+        self.prepared, self.request, self.measure = prepared, request, MeasureTiming(measure)
+        self.loop_timeout_ns, self.client = loop_timeout_ns, client
+        self._pools = [None if p.token is not None else map_pool_kept(p) for p in request.pools]
+
+    def compute(self, deadline: int | None = None) -> tuple[list[OutputShape], Timing]:
+        return self.prepared._timed(self.request, self.measure, deadline, self.loop_timeout_ns, self.client,
+                                    time.monotonic_ns(), "reusable execution", self._pools)
 
 
 _orphans: dict[type, DriverDomain] = {}

@@ -38,7 +38,7 @@ from ... import hal
 from ..._version import __version__
 from ...caching import IntegrityRegistry
 from ...runtime import Memory, Model
-from ...runtime.cache_files import IMPORT_MEMO_SUFFIX, untrusted_folder
+from ...runtime.cache_files import FILE_CHECKS, IMPORT_MEMO_SUFFIX, untrusted_folder
 from .imported import IMPORTER_VERSION, ImportedModel, TensorInfo
 
 log = logging.getLogger("nnapi.importers")
@@ -273,5 +273,7 @@ def _recall(path: str, cache_dir: str, relaxed: bool) -> ImportedModel | None:
                          Counter(head["operations"]),
                          _token=head["token"], signature_key=head["signature_key"], remembered=True)
 
+
+FILE_CHECKS[SUFFIX] = check  # (`nnapi cache` verifies and prunes memos with it)
 
 __all__ = ["check", "recall", "remember", "SUFFIX", "Unusable"]
