@@ -96,3 +96,45 @@ def test_driver_work_asked_for_once_the_process_exits_is_refused_by_name():
     out = subprocess.run([sys.executable, "-c", LATE_START], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "refused: late: the process is exiting: driver work is not started", out.stdout
+
+
+SERVED_UNDER_LOAD = textwrap.dedent('''
+    import os, sys, tempfile, threading, time
+    import numpy as np, nnapi
+    from nnapi.service.cli import start
+    from nnapi.service.discovery import default_socket
+    driver, model = sys.argv[1], sys.argv[2]
+    folder = tempfile.mkdtemp(prefix="nnapi-exit-"); os.chmod(folder, 0o755)
+    service = start(driver, default_socket(driver, folder), os.path.join(folder, "state"))
+    os.environ["NNAPI_SERVICE_DIR"] = folder
+    m = nnapi.load(model, devices=driver)
+    feed = {t.name: np.zeros([1 if s is None else s for s in t.shape], t.dtype) for t in m.inputs}
+    done = threading.Event()
+    def executions():
+        while not done.is_set():
+            try:
+                m.run(feed)
+            except nnapi.NnError:
+                return  # (the service is gone)
+    runners = [threading.Thread(target=executions) for _ in range(2)]
+    for r in runners: r.start()
+    time.sleep(0.5)
+    rc = service.stop()  # SIGTERM while executions run in the service
+    done.set()
+    for r in runners: r.join()
+    print("service rc", rc)
+''')
+
+
+@pytest.mark.parametrize("device", ["openvino", "xla"])
+def test_a_service_stopped_while_it_executes_exits_cleanly(tmp_path, device):
+    """SIGTERM reaches `nnapi serve` while two executions are in its driver: the service's threads run
+    driver calls, so its exit waits for them (before, 3 of 3 stops aborted: rc -6, "terminate called")."""
+    model = os.path.join(TESTS, "..", "..", "shared", "models", "keras", "mobilenet_v2_f32.tflite")
+    env = dict(os.environ, NNAPI_STATE_DIR=str(tmp_path))
+    env.pop("NNAPI_SERVICE_DIR", None)
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", SERVED_UNDER_LOAD, device, model], capture_output=True, text=True,
+                             env=env, timeout=300)
+        _clean(out)
+        assert out.stdout.strip().splitlines()[-1] == "service rc 0", (out.stdout[-500:], out.stderr[-1500:])

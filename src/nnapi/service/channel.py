@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..hal import ClientId, ErrorStatus, MemoryPool, NnError, Request, invalid
 from ..memory import FileCopy
 from ..hal.identity import calling_client
+from ..qos import threads
 from . import codec
 from .codec import REPLY, Decoder, Encoder, check_int, check_list, read_call
 from .handlers import Call
@@ -100,8 +101,9 @@ class Channels:
                 self._closed(uid)
             raise
         if channel is not None:
-            threading.Thread(target=self._serve, args=(call.client, oid, burst), daemon=True,
-                             name="nnapi-service-burst").start()
+            # (it runs driver calls: the process's exit waits for the one it is in, `qos.threads`)
+            threads.start(self._serve, call.client, oid, burst, name="nnapi-service-burst",
+                          stop=lambda: setattr(call.client, "closed", True))
         return [oid, channel is not None]
 
     def _serve(self, client: Client, oid: int, burst: ServedBurst) -> None:

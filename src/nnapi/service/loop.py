@@ -17,6 +17,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from ..qos import threads
 from .budget import HELLO_TIMEOUT, Task
 from .discovery import bind
 from .objects import Client
@@ -131,9 +132,16 @@ class Loop:
     # waits in the uid's queue (`budget`); calls read together are queued, and a queued call wakes a
     # thread.
     def spawn(self) -> None:
+        """One more thread. It runs driver calls, so it is a driver thread (`qos.threads`): the process's
+        exit waits for the call it is in (an OpenVINO inference still running while the interpreter
+        finalizes aborts the process) and tells it to stop first; none starts once the process exits."""
         with self._lock:
             self._threads += 1
-        threading.Thread(target=self._thread, name="nnapi-service", daemon=True).start()
+        try:
+            threads.start(self._thread, name="nnapi-service", stop=self.stop)
+        except threads.ProcessExiting:
+            with self._lock:
+                self._threads -= 1
 
     def _keep_one_waiting(self) -> None:
         """Start a thread if none is left waiting for I/O (this one is about to read or run a call)."""
