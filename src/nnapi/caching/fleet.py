@@ -43,7 +43,12 @@ from typing import Sequence
 
 import msgpack
 
+from ..qos import threads
 from .fleet_store import DEFAULT_TIMEOUT_S, Store, StoreError, open_store
+
+#: How long a process's exit waits for a publication in flight (`qos.threads`: a compile that ends just
+#: before the app does still reaches the fleet; a store that hangs costs the exit no more than this).
+PUBLISH_EXIT_WAIT_S = 10.0
 
 log = logging.getLogger("nnapi.caching")
 PREFIX = "nnapi:fleet:v1:"
@@ -271,8 +276,11 @@ class Fleet:
                               "flags": "".join("1" if f else "0" for f in flags), "created": time.time()},
                              sort_keys=True, separators=(",", ":")).encode()
         entry = self._signed(payload)
-        threading.Thread(target=self._put, args=(claims_key(driver, version, fingerprint_hex), entry),
-                         name="nnapi-fleet-publish", daemon=True).start()
+        try:
+            threads.start(self._put, claims_key(driver, version, fingerprint_hex), entry, name="nnapi-fleet-publish",
+                          exit_wait_s=PUBLISH_EXIT_WAIT_S)
+        except threads.ProcessExiting:
+            pass  # (the process is exiting: nothing would wait for the publication)
 
     def _put(self, key: str, value: bytes) -> None:
         try:
@@ -314,10 +322,11 @@ class Fleet:
             return None
         model = [bytes(b) for b in model_blobs]
         data = [bytes(b) for b in data_blobs]
-        thread = threading.Thread(target=self._publish, args=(driver, version, bytes(token), model, data),
-                                  name="nnapi-fleet-publish", daemon=True)
-        thread.start()
-        return thread
+        try:
+            return threads.start(self._publish, driver, version, bytes(token), model, data,
+                                 name="nnapi-fleet-publish", exit_wait_s=PUBLISH_EXIT_WAIT_S)
+        except threads.ProcessExiting:
+            return None  # (the process is exiting: nothing would wait for the publication)
 
     def _publish(self, driver: str, version: str, token: bytes, model: list[bytes], data: list[bytes]) -> None:
         manifest = Manifest(driver, version, token, tuple((_sha(b), len(b)) for b in model),
