@@ -5,7 +5,8 @@ What counts as which, per driver (a file's default, then the functions or classe
 - rules: the lowering rules and the helpers they share (`rules/`, `lowering.py`, xla `control_flow.py`);
 - compile: the compile step: building the backend's program from the model (xla `program.py` and the
   lowered operations its compile takes from `analysis`: `static_analysis`, `_prove`, `lower_graph`;
-  openvino `graph.py` and `unroll.py` and the compile properties; reference `interpreter.py`), the
+  openvino `graph.py` and `unroll.py`, the run-time tensor helpers of the compiled graph (`tensors.py`:
+  writable aliases of read-only memory, the run-time checks' output) and the compile properties; reference `interpreter.py`), the
   driver's `compile` hook, and the calls into the compiled program with its inputs and outputs (the
   prepared model's `run` and what it calls); for a multi-stage driver, its optimised stage's compile and
   warm-up run (xla `optimized_stage`, `_warm_up`: when it runs, on which thread, the swap and the cache
@@ -35,7 +36,7 @@ FILES: dict[str, dict[str, str]] = {
     "xla": {"rules/": "rules", "lowering.py": "rules", "control_flow.py": "rules", "program.py": "compile",
             "cache.py": "cache"},
     "openvino": {"rules/": "rules", "lowering.py": "rules", "graph.py": "compile", "unroll.py": "compile",
-                 "cache.py": "cache"},
+                 "tensors.py": "compile", "cache.py": "cache"},
 }
 #: Per driver: {"file:qualified name": category} for the functions and classes of other files that are not
 #: plumbing (methods as Class.method).
@@ -54,7 +55,7 @@ NAMED: dict[str, dict[str, str]] = {
                  "device.py:_compile_error": "compile", "device.py:float16_safe": "compile",
                  "device.py:native_float16": "compile",
                  "device.py:native_int8": "compile", "device.py:model_work": "compile",
-                 "device.py:OpenVinoDevice.save": "cache",
+                 "device.py:OpenVinoDevice.save": "cache", "device.py:_variant": "cache",
                  "device.py:OpenVinoDevice.load": "cache", "prepared_model.py:_Request": "compile",
                  "prepared_model.py:_key": "compile", "prepared_model.py:OpenVinoPreparedModel.run": "compile",
                  "prepared_model.py:OpenVinoPreparedModel._run": "compile",

@@ -176,15 +176,15 @@ class OpenVinoDevice(DriverDevice):
 
     def saved(self, prepared: "OpenVinoPreparedModel", digest: bytes, uid: int) -> None:
         """A later load of this content with the same properties imports nothing (`base.verified`)."""
-        variant = repr(sorted(self.config(prepared.preference, prepared.model).items()))
-        self.content.keep(digest, (prepared.compiled, prepared.keep_alive), variant)
+        self.content.keep(digest, (prepared.compiled, prepared.keep_alive),
+                          _variant(self.config(prepared.preference, prepared.model)))
 
     def load(self, model_blobs, data_blobs, job: CompileJob) -> "OpenVinoPreparedModel":
         from . import cache
         from .prepared_model import OpenVinoPreparedModel
         model, preference, priority, export = cache.from_blob(model_blobs[0])
         config = self.config(preference, model)
-        variant = repr(sorted(config.items()))
+        variant = _variant(config)
         hit = self.content.decoded(job.verified, variant)
         if hit is not None:
             compiled, keep_alive = hit
@@ -201,6 +201,12 @@ class OpenVinoDevice(DriverDevice):
         has_budget = len(compiled.inputs) == len(model.main.input_indexes) + 1
         return OpenVinoPreparedModel(model, preference, priority, compiled, export=export, has_budget=has_budget,
                                      keep_alive=keep_alive)
+
+
+def _variant(config: dict) -> str:
+    """The compile properties as the key under which verified content is reused (`base.verified`): the same
+    content compiled with other properties is another compiled model."""
+    return repr(sorted(config.items()))
 
 
 def _compile_error(e: Exception) -> NnError:
