@@ -77,6 +77,26 @@ def test_without_a_corpus_the_corpus_checks_are_skipped_with_the_reason(tmp_path
     assert all(r.status == "skipped" and "no test-vector corpus" in r.message for r in results)
 
 
+def test_the_header_warns_when_no_corpus_was_found():
+    """Without a corpus, the header says so and a warning says every corpus check is skipped and how to give
+    one; with one, no warning."""
+    import argparse
+    import io
+    from rich.console import Console
+    from nnapi.cli.vts import Report, _header
+    for vectors, warned in ((None, True), ("/some/cts", False)):
+        out = io.StringIO()
+        head = {"device": "reference", "version": "0.1.0", "where": "in-process", "suites": ["memory", "execution"]}
+        _header(Console(file=out, width=200), Report(None, head), argparse.Namespace(quick=True), 12, vectors)
+        text = out.getvalue()
+        assert ("warning: no test-vector corpus was found" in text) == warned, text
+        assert ("vectors not found" in text) == warned and (warned or "vectors /some/cts" in text), text
+    out = io.StringIO()
+    _header(Console(file=out, width=200), Report(None, dict(head, suites=["memory"])), argparse.Namespace(quick=True),
+            3, None)
+    assert "warning" not in out.getvalue()  # (no suite of this run reads the corpus)
+
+
 # --- issue 33: what a log and a report must hold, whatever happens ----------------------------------------------
 def _broken(*args: str, **kwargs) -> subprocess.CompletedProcess:
     tests = os.path.dirname(os.path.abspath(__file__))

@@ -254,6 +254,10 @@ def _header(err: Any, report: Report, args: argparse.Namespace, planned: int, ve
     err.print(f"nnapi vts: {planned} checks on {head['device']} {head['version']} ({head['where']}) "
               f"({'quick' if args.quick else 'full'}; suites {','.join(head['suites'])}; "
               f"vectors {vectors if vectors else 'not found'})", soft_wrap=True)
+    if not vectors and {"validation", "execution", "vectors"} & set(head["suites"]):
+        err.print("nnapi vts: warning: no test-vector corpus was found (--vectors PATH, $NNAPI_CTS_DIR, or "
+                  "shared/cts beside the working directory or this checkout): every check of a corpus model is "
+                  "skipped", soft_wrap=True)
 
 
 def _claims(err: Any, report: Report, claims: list[dict[str, Any]], line: str) -> None:

@@ -8,11 +8,11 @@ import os
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from ...hal import Model, OperandType
+from ...hal import ErrorStatus, Model, OperandType
 from ...ops import numpy_dtype
 from ..runner import compare
 from ..vectors import BuiltModel, TestModel, build, load_vectors
@@ -61,10 +61,14 @@ def _plain(test: TestModel) -> bool:
     return "all_inputs_as_internal" not in test.name and "all_tensors_as_inputs" not in test.name
 
 
-def stratified(tests: list[TestModel], per_operation: int = 2) -> list[TestModel]:
+def stratified(tests: list[TestModel], per_operation: int = 2,
+               claimed: Callable[[TestModel], bool] | None = None) -> list[TestModel]:
     """Up to `per_operation` valid models per operation type, each of another operand type, choosing among
     the candidates the operand type the sample has used least so far (fewest operations first); then one
-    model expected to fail per source file. Deterministic, whatever the device."""
+    model expected to fail per source file. Deterministic, whatever the device. With `claimed` (does the
+    driver support every operation of a model?), an operation type none of whose picks the driver
+    supports also gets the first candidate it does, trying one candidate of each other operand type: a
+    driver of a few operand types is sure to meet corpus vectors of what it claims."""
     by_op: dict[str, list[TestModel]] = {}
     for t in tests:
         if t.expect_failure or not _plain(t):
@@ -85,6 +89,18 @@ def stratified(tests: list[TestModel], per_operation: int = 2) -> list[TestModel
             chosen[pick.name] = pick
             used[_input_type(pick)] += 1
             types_taken.add(_input_type(pick))
+    if claimed is not None:
+        for op in sorted(by_op):
+            if any(claimed(t) for t in chosen.values() if op in {o["type"] for o in t.spec["main"]["operations"]}):
+                continue
+            tried = {_input_type(t) for t in chosen.values() if op in {o["type"] for o in t.spec["main"]["operations"]}}
+            for pick in sorted(by_op[op], key=lambda t: (len(t.spec["main"]["operations"]), t.name)):
+                if _input_type(pick) in tried:
+                    continue
+                tried.add(_input_type(pick))
+                if claimed(pick):
+                    chosen[pick.name] = pick
+                    break
     failing_sources: set[str] = set()
     for t in tests:
         if t.expect_failure and t.source not in failing_sources:
@@ -99,7 +115,21 @@ def selection(kit: Kit) -> list[TestModel]:
     tests = corpus(kit)
     if not kit.quick:
         return tests
-    return kit.memo("corpus-sample", lambda: stratified(tests))
+    return kit.memo("corpus-sample", lambda: stratified(tests, claimed=lambda t: _claimed(kit, t)))
+
+
+def _claimed(kit: Kit, test: TestModel) -> bool:
+    """Whether the driver says it supports every operation of a corpus model (answered once per model; a
+    model that cannot be built, a refusal or a failure of the driver: no)."""
+    def ask() -> bool:
+        try:
+            model = case(test).model
+            status, flags, _ = kit.attempt("get_supported_operations", kit.driver.get_supported_operations, model)
+        except Exception:  # (the check that runs the model reports what is wrong with it)
+            return False
+        return status == ErrorStatus.NONE and isinstance(flags, (list, tuple)) and len(flags) == \
+            len(model.main.operations) and all(f is True for f in flags)
+    return kit.memo(f"claimed:{test.name}", ask)
 
 
 @dataclass
