@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from ...hal import ErrorStatus, Model, NnError, OutputShape, Request
+from ...hal import ErrorStatus, Model, NnError, OutputShape, Request, RequestArgument
 from ...hal.constants import LOOP_TIMEOUT_DEFAULT_NS, LOOP_TIMEOUT_MAXIMUM_NS
 from ...memory import ArrayPool, MappedImage, MappedPool
 from ...memory.domains import RequestBuffers
@@ -94,6 +94,17 @@ class Binding:
         self._io = io if io is not None and io.model is model else ModelIo(model)
         self._inputs = self._io.inputs
         self._outputs = self._io.outputs
+        #: The inputs' arrays of a binding kept for a reusable execution (`again`): views of the same
+        #: memory, so each computation reads what is there then. None: a binding of one execution.
+        self._kept_inputs: dict[int, np.ndarray | None] | None = None
+
+    def again(self, buffers: RequestBuffers, deadline: int | None) -> "Binding":
+        """This binding for the next computation of a reusable execution (its request and mapped pools are
+        the same): that computation's memory-domain buffers and deadline; the inputs' arrays are kept."""
+        self.buffers, self.deadline, self._checked = buffers, deadline, None
+        if self._kept_inputs is None:
+            self._kept_inputs = {}
+        return self
 
     # --- inputs ----------------------------------------------------------------------------------
     def input_shape(self, k: int) -> tuple[int, ...]:
@@ -114,6 +125,18 @@ class Binding:
         scalar, dims, dtype, need = self._io.input_facts[k]
         if k in self.buffers.inputs:
             return self.buffers.input_value(k, dtype, self.input_shape(k) or None)
+        kept = self._kept_inputs
+        if kept is not None:
+            array = kept.get(k)
+            if array is None:
+                array = kept[k] = self._input_array(k, arg, scalar, dims, dtype, need)
+            return array
+        return self._input_array(k, arg, scalar, dims, dtype, need)
+
+    def _input_array(self, k: int, arg: RequestArgument, scalar: bool, dims: tuple, dtype: np.dtype,
+                     need: int) -> np.ndarray:
+        """Input `k`'s region of its pool as a read-only array of its shape (INVALID_ARGUMENT when the
+        region's length is not the shape's)."""
         if arg.dimensions and not scalar:  # the request's dimensions refine the operand's
             dims = tuple(arg.dimensions)
             need = self._inputs[k].byte_size(dims)

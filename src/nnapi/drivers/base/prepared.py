@@ -122,14 +122,21 @@ class DriverPreparedModel(IPreparedModel):
             client=self._uid(client), priority=self.priority, deadline=deadline, stats=self.stats, label=label)
 
     def _compute(self, request: Request, deadline: int | None, loop_timeout_ns: int | None,
-                 pools: list[MappedPool | None] | None = None) -> list[OutputShape]:
-        """Map the request, run the driver's `run` and write the outputs back (on a scheduler slot)."""
+                 pools: list[MappedPool | None] | None = None, reuse: "DriverExecution | None" = None
+                 ) -> list[OutputShape]:
+        """Map the request, run the driver's `run` and write the outputs back (on a scheduler slot); for a
+        reusable execution (`reuse`), its binding of the last computation again."""
         buffers = (self.domain or _orphan_domain(self)).resolve(request, self)  # tokens, roles, initialized
         try:
             if pools is None:  # (an app's memory that comes again is mapped once: `map_pool_kept`)
                 pools = [None if p.token is not None else map_pool_kept(p) for p in request.pools]
-            binding = Binding(self.model, request, pools, buffers, deadline, loop_timeout_ns,
-                              self.memory_limit_bytes, self._facts()[1])
+            if reuse is not None and reuse.binding is not None:
+                binding = reuse.binding.again(buffers, deadline)
+            else:
+                binding = Binding(self.model, request, pools, buffers, deadline, loop_timeout_ns,
+                                  self.memory_limit_bytes, self._facts()[1])
+                if reuse is not None:
+                    reuse.binding = binding.again(buffers, deadline)
             if self.static_output_shapes is not None:
                 binding.check_static_outputs(self.static_output_shapes)
             try:
@@ -149,21 +156,23 @@ class DriverPreparedModel(IPreparedModel):
 
     def _timed(self, request: Request, measure: MeasureTiming, deadline: int | None,
                loop_timeout_ns: int | None, client: ClientId | int | None, start: int, label: str,
-               pools: list[MappedPool | None] | None = None) -> tuple[list[OutputShape], Timing]:
+               pools: list[MappedPool | None] | None = None, reuse: "DriverExecution | None" = None
+               ) -> tuple[list[OutputShape], Timing]:
         ticket = self._submit(normalize_deadline(deadline), client, label)
-        return self._run_ticket(ticket, request, measure, loop_timeout_ns, start, pools)
+        return self._run_ticket(ticket, request, measure, loop_timeout_ns, start, pools, reuse)
 
     def _run_ticket(self, ticket: Ticket, request: Request, measure: MeasureTiming, loop_timeout_ns: int | None,
-                    start: int, pools: list[MappedPool | None] | None = None) -> tuple[list[OutputShape], Timing]:
+                    start: int, pools: list[MappedPool | None] | None = None,
+                    reuse: "DriverExecution | None" = None) -> tuple[list[OutputShape], Timing]:
         """Run admitted work; the ticket's checkpoints carry the deadline and preemption."""
         if trace.active():
             with trace.span(ticket.label, "driver", device=self.device_name, app=ticket.uid,
                             priority=self.priority.name) as args:
-                shapes = ticket.run(lambda: self._compute(request, ticket.deadline, loop_timeout_ns, pools))
+                shapes = ticket.run(lambda: self._compute(request, ticket.deadline, loop_timeout_ns, pools, reuse))
                 args.update(run_us=ticket.run_ns // 1000, waited_us=ticket.wait_ns // 1000,
                             preemptions=ticket.preemptions)
         else:
-            shapes = ticket.run(lambda: self._compute(request, ticket.deadline, loop_timeout_ns, pools))
+            shapes = ticket.run(lambda: self._compute(request, ticket.deadline, loop_timeout_ns, pools, reuse))
         if measure == MeasureTiming.YES:  # on the device: running time; in the driver: from the call
             return shapes, Timing(_us(ticket.run_ns), _us(time.monotonic_ns() - start))
         return shapes, Timing()
@@ -290,8 +299,10 @@ class DriverBurst(IBurst):
 
 class DriverExecution(IExecution):
     """A reusable execution of one prepared model: its request is checked and its memory mapped once, at
-    creation (INVALID_ARGUMENT then); each computation only resolves its memory-domain buffers (their
-    state may have changed), is admitted, binds and runs."""
+    creation (INVALID_ARGUMENT then), and bound at its first computation; each later one only resolves
+    its memory-domain buffers (their state may have changed), is admitted and runs, on the same binding
+    (the same input arrays: views of the request's memory, read as it is then). One computation at a
+    time."""
 
     def __init__(self, prepared: DriverPreparedModel, request: Request, measure: MeasureTiming,
                  loop_timeout_ns: int | None, client: ClientId | None = None) -> None:
@@ -299,10 +310,12 @@ class DriverExecution(IExecution):
         self.prepared, self.request, self.measure = prepared, request, MeasureTiming(measure)
         self.loop_timeout_ns, self.client = loop_timeout_ns, client
         self._pools = [None if p.token is not None else map_pool_kept(p) for p in request.pools]
+        #: The binding of the last computation (None before the first).
+        self.binding: Binding | None = None
 
     def compute(self, deadline: int | None = None) -> tuple[list[OutputShape], Timing]:
         return self.prepared._timed(self.request, self.measure, deadline, self.loop_timeout_ns, self.client,
-                                    time.monotonic_ns(), "reusable execution", self._pools)
+                                    time.monotonic_ns(), "reusable execution", self._pools, self)
 
 
 _orphans: dict[type, DriverDomain] = {}
