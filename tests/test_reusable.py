@@ -288,7 +288,7 @@ def test_arguments_are_bound_once(monkeypatch):
     c = nnapi.Compilation(add_relu_model(), devices=["reference"]).finish()
     binds = []
     real = ExecutionPlan.bind
-    monkeypatch.setattr(ExecutionPlan, "bind", lambda self, arguments: binds.append(1) or real(self, arguments))
+    monkeypatch.setattr(ExecutionPlan, "bind", lambda self, arguments, **kw: binds.append(1) or real(self, arguments, **kw))
     a, b, out = np.zeros(4, np.float32), np.ones(4, np.float32), np.zeros(4, np.float32)
     e = _reusable(c, [a, b], [out])
     for k in range(RUNS):

@@ -38,7 +38,7 @@ def test_a_driver_that_writes_its_inputs_fails_every_check_that_executes_naming_
 def test_each_executor_is_named_when_it_wrote_the_input():
     results = vts.run_kit(WritesInputs(), ["execution"], k="timing-no]", timeout=10, vectors=CTS)
     assert [r.message.split(":")[0] for r in results] == ["sync execution", "async execution", "fenced execution",
-                                                          "burst execution"]
+                                                          "burst execution", "reusable execution"]
 
 
 # --- 2: the base's inputs are read-only views -------------------------------------------------------------------

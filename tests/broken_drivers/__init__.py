@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 from nnapi.drivers.reference import ReferenceDevice
 from nnapi.hal import (DeviceInfo, ErrorStatus, IBuffer, IBurst, IDevice, IExecution, IFencedExecutionCallback,
                        IPreparedModel, MemoryPool, Model, NnError, OperationType, OutputShape, Priority, Request,
-                       SimpleBurst, Subgraph, Timing)
+                       SimpleBurst, SimpleExecution, Subgraph, Timing)
 from nnapi.memory import map_handle, map_pool
 from nnapi.memory.domains import calling_client, current_client
 
@@ -562,6 +562,9 @@ class AfterSuccessPrepared(DelegatingPrepared):
 
     def configure_execution_burst(self) -> IBurst:
         return SimpleBurst(self)
+
+    def create_reusable_execution(self, request, measure, loop_timeout_ns, **kw) -> IExecution:
+        return SimpleExecution(self, request, measure, loop_timeout_ns, kw.get("client"))
 
 
 class WrongValuesPrepared(AfterSuccessPrepared):

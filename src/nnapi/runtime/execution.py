@@ -358,7 +358,7 @@ class Execution:
                 bound = self._bound
                 if bound is None:
                     bound = self._bound = self._plan.bind(Arguments(self._inputs, self._outputs, self._measure,
-                                                                    None, self._loop_timeout_ns))
+                                                                    None, self._loop_timeout_ns), reusable=True)
                 outcome = bound.run(executor, deadline)
             else:
                 outcome = self._plan.run(Arguments(self._inputs, self._outputs, self._measure, deadline,

@@ -109,7 +109,7 @@ PREPARED = PreparedExecutor()
 class ReusingExecutor:
     """Each step's request runs through a reusable execution of its prepared model, made the first time
     that very request runs (`IPreparedModel.create_reusable_execution`: the driver checks and maps it
-    once) and computed again at each later run of it. A `BoundPlan`'s plain runs go through one."""
+    once) and computed again at each later run of it. A reusable `BoundPlan`'s plain runs go through one."""
 
     def __init__(self) -> None:
         self._made: dict[int, tuple[Request, MeasureTiming, int, IExecution]] = {}
@@ -266,11 +266,12 @@ class ExecutionPlan:
         return _DirectTemplate(made[:len(self.inputs)], made[len(self.inputs):], arrays)
 
     # --- running --------------------------------------------------------------------------------------
-    def bind(self, arguments: Arguments) -> "BoundPlan":
+    def bind(self, arguments: Arguments, reusable: bool = False) -> "BoundPlan":
         """`arguments` bound to this plan: the temporaries placed and the request of every static step built
         (`BoundPlan`); its `run` runs them, as often as a reusable execution computes (each run has its own
-        deadline: `arguments.deadline` is not used)."""
-        return BoundPlan(self, arguments)
+        deadline: `arguments.deadline` is not used). `reusable`: the plain runs go through the drivers'
+        reusable executions (an app's reusable execution; not a one-shot run, which would pay for one)."""
+        return BoundPlan(self, arguments, reusable)
 
     def run(self, arguments: Arguments, executor: StepExecutor = PREPARED) -> Outcome:
         """Run every step in order through `executor`, once (`bind`, then `BoundPlan.run` against
@@ -371,7 +372,7 @@ class BoundPlan:
     point at the bound arrays and memory in place, so each run reads their contents as they are then.
     One run at a time (the temporaries are shared by the runs)."""
 
-    def __init__(self, plan: ExecutionPlan, arguments: Arguments) -> None:
+    def __init__(self, plan: ExecutionPlan, arguments: Arguments, reusable: bool = False) -> None:
         self.plan = plan
         self.arguments = arguments
         self.measure = MeasureTiming.YES if arguments.measure else MeasureTiming.NO
@@ -381,15 +382,15 @@ class BoundPlan:
         self.requests: list[Request | None] = [direct] if direct is not None else [
             plan._step_request(step, arguments, self._shared, None) if plan._static(step) else None
             for step in plan.steps]
-        #: Plain runs of these requests go through the drivers' reusable executions.
-        self._reusing = ReusingExecutor()
+        #: Plain runs of a reusable binding go through the drivers' reusable executions.
+        self._reusing = ReusingExecutor() if reusable else None
 
     def run(self, executor: StepExecutor = PREPARED, deadline: int | None = None) -> Outcome:
         """Run every step in order through `executor` against `deadline` (monotonic ns, None: none).
         OUTPUT_INSUFFICIENT_SIZE for a main output carries the shape of every output
         (`NnError.output_shapes`); a temporary a driver needs larger is grown and its step run again."""
         plan = self.plan
-        if executor is PREPARED:
+        if executor is PREPARED and self._reusing is not None:
             executor = self._reusing
         shapes: list[OutputShape | None] = [None] * len(plan.outputs)
         request = self.requests[0] if plan.whole else None
