@@ -40,8 +40,8 @@ import numpy as np
 
 import nnapi
 from nnapi import OperandType as T, OperationType as Op
-from nnapi.hal import (DataLocation, ExecutionPreference, MeasureTiming, MemoryPool, OutputShape, Priority,
-                       Request, RequestArgument, Timing)
+from nnapi.hal import (DataLocation, ErrorStatus, ExecutionPreference, IPreparedModel, MeasureTiming, MemoryPool,
+                       NnError, OutputShape, Priority, Request, RequestArgument, Timing)
 from nnapi.qos import Scheduler
 from nnapi.validation import RequestChecker
 
@@ -119,7 +119,7 @@ def layers(device: nnapi.Device, model: nnapi.Model, x: np.ndarray, y: np.ndarra
     }
 
 
-class NoDriver:
+class NoDriver(IPreparedModel):
     """A prepared model that does nothing (it reports the outputs' shapes): the three paths over it time
     the runtime alone, whatever a driver costs and however noisy the machine is."""
 
@@ -128,6 +128,12 @@ class NoDriver:
 
     def execute_synchronously(self, request, measure, deadline, loop_timeout_ns, **_) -> tuple:
         return self.result
+
+    def execute(self, request, measure, deadline, loop_timeout_ns, callback, **_) -> None:
+        callback(ErrorStatus.NONE, *self.result)
+
+    def execute_fenced(self, request, wait_for, measure, deadline, loop_timeout_ns, after_fence_ns, **_) -> tuple:
+        raise NnError(ErrorStatus.GENERAL_FAILURE, "NoDriver runs no fenced executions")
 
 
 def runtime_alone(model: nnapi.Model, x: np.ndarray, y: np.ndarray) -> dict[str, Callable[[], object]]:

@@ -160,3 +160,21 @@ def test_nnapi_cache_lists_checks_and_prunes_the_memos(model_and_cache, tmp_path
     assert [e["kind"] for e in report["removed"]] == ["import"]
     assert not list(cache.glob("*" + remembered.SUFFIX))
     assert any(e["kind"] == "app" for e in list_cache(cache))  # (the compiled entry is the driver's to judge)
+
+
+def test_a_memo_whose_record_fails_is_not_left_in_place(tmp_path, monkeypatch):
+    """The registry vouches for a memo before it is renamed into place: a record that fails (or an
+    interrupted one) leaves no memo that `nnapi cache verify` would call unvouched."""
+    path = tmp_path / "model.tflite"
+    shutil.copy(MODELS / "keras/resnet_mini_int8.tflite", path)
+    cache = tmp_path / "cache"
+
+    class Refusing:
+        def record(self, *args, **kwargs):
+            raise KeyboardInterrupt  # (what Ctrl-C during the record raises)
+
+    monkeypatch.setattr(remembered, "_registry", lambda: Refusing())
+    with pytest.raises(KeyboardInterrupt):
+        nnapi.load(path, devices="reference", cache_dir=cache)
+    assert list(cache.iterdir()) and not [f for f in cache.iterdir() if f.name.endswith(remembered.SUFFIX)
+                                          or f.name.startswith(".import-")]

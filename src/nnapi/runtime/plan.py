@@ -118,9 +118,11 @@ class ReusingExecutor:
                      loop_timeout_ns: int) -> tuple[list[OutputShape], Timing]:
         made = self._made.get(index)
         if made is None or made[0] is not request or made[1] != measure or made[2] != loop_timeout_ns:
-            create = getattr(step.prepared, "create_reusable_execution", None)  # (a driver that predates it:
+            # (a plug-in's prepared model that implements the HAL without deriving from IPreparedModel may
+            # lack the method: one call per computation then)
+            create = getattr(step.prepared, "create_reusable_execution", None)
             execution = create(request, measure, loop_timeout_ns) if create is not None else \
-                SimpleExecution(step.prepared, request, measure, loop_timeout_ns)  # one call per computation)
+                SimpleExecution(step.prepared, request, measure, loop_timeout_ns)
             made = self._made[index] = (request, measure, loop_timeout_ns, execution)
         return made[3].compute(deadline)
 

@@ -70,15 +70,17 @@ def stratified(tests: list[TestModel], per_operation: int = 2,
     supports also gets the first candidate it does, trying one candidate of each other operand type: a
     driver of a few operand types is sure to meet corpus vectors of what it claims."""
     by_op: dict[str, list[TestModel]] = {}
+    op_types: dict[str, set[str]] = {}  # (each model's operation types, by name)
     for t in tests:
         if t.expect_failure or not _plain(t):
             continue
-        for op in {o["type"] for o in t.spec["main"]["operations"]}:
+        op_types[t.name] = {o["type"] for o in t.spec["main"]["operations"]}
+        for op in op_types[t.name]:
             by_op.setdefault(op, []).append(t)
     chosen: dict[str, TestModel] = {}
     used: Counter = Counter()
     for op in sorted(by_op):
-        types_taken = {_input_type(t) for t in chosen.values() if op in {o["type"] for o in t.spec["main"]["operations"]}}
+        types_taken = {_input_type(t) for t in chosen.values() if op in op_types[t.name]}
         candidates = sorted(by_op[op], key=lambda t: (used[_input_type(t)], len(t.spec["main"]["operations"]),
                                                       t.name))
         for pick in candidates:
@@ -91,9 +93,9 @@ def stratified(tests: list[TestModel], per_operation: int = 2,
             types_taken.add(_input_type(pick))
     if claimed is not None:
         for op in sorted(by_op):
-            if any(claimed(t) for t in chosen.values() if op in {o["type"] for o in t.spec["main"]["operations"]}):
+            if any(claimed(t) for t in chosen.values() if op in op_types[t.name]):
                 continue
-            tried = {_input_type(t) for t in chosen.values() if op in {o["type"] for o in t.spec["main"]["operations"]}}
+            tried = {_input_type(t) for t in chosen.values() if op in op_types[t.name]}
             for pick in sorted(by_op[op], key=lambda t: (len(t.spec["main"]["operations"]), t.name)):
                 if _input_type(pick) in tried:
                     continue

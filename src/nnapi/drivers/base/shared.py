@@ -33,10 +33,17 @@ def source_fingerprint(*folders: str) -> str:
     """8 hex digits of the Python files in `folders`: a driver whose claiming or compiling code changed
     is a new driver version, which trusts no older cache (C9). A folder is relative to the `nnapi`
     package ("drivers/base"), or names an importable package of its own (a plug-in's "example_driver"),
-    found without importing it."""
+    found without importing it. The state directory's remembered digests are read once and written
+    at most once."""
+    remembered = _remembered_digests()
+    learned = False
     h = xxhash.xxh3_64()
     for folder in folders:
-        h.update(_folder_digest(folder))
+        digest, new = _folder_digest(folder, remembered)
+        learned = learned or new
+        h.update(digest)
+    if learned:
+        _remember_digests(remembered)
     return h.hexdigest()[:8]
 
 
@@ -47,12 +54,11 @@ SOURCE_DIGESTS = "source-digests.json"
 SETTLED_S = 2.0
 
 
-@functools.lru_cache(maxsize=64)
-def _folder_digest(folder: str) -> bytes:
-    """The digest of one folder's Python files, names included. Reading them all costs about 30 ms at
-    every start, so the state directory remembers each folder's digest with a stamp of its files (name,
-    size, inode, modification and change times: one stat each); a folder whose stamp is unchanged is not
-    read again. Within a process each folder is asked once (the drivers share most of them)."""
+def _folder_digest(folder: str, remembered: dict[str, list[str]]) -> tuple[bytes, bool]:
+    """(the digest of one folder's Python files, names included; whether it was added to `remembered`).
+    Reading them all costs about 30 ms at every start, so the state directory remembers each folder's
+    digest with a stamp of its files (name, size, inode, modification and change times: one stat each);
+    a folder whose stamp is unchanged is not read again."""
     where = _source_folder(folder)
     files = sorted((e.name, e.stat()) for e in os.scandir(where)
                    if e.name.endswith(".py") and not e.name.startswith(".") and e.is_file())
@@ -60,17 +66,21 @@ def _folder_digest(folder: str) -> bytes:
     for name, st in files:
         stamp.update(f"{name}:{st.st_size}:{st.st_ino}:{st.st_mtime_ns}:{st.st_ctime_ns};".encode())
     key, stamped = f"{folder}={where}", stamp.hexdigest()
-    remembered = _remembered_digests()
-    if remembered.get(key, [None])[0] == stamped:
-        return bytes.fromhex(remembered[key][1])
+    entry = remembered.get(key)
+    if isinstance(entry, list) and len(entry) == 2 and entry[0] == stamped:
+        try:
+            return bytes.fromhex(entry[1]), False
+        except (TypeError, ValueError):
+            pass  # (a damaged entry: computed again)
     h = xxhash.xxh3_64()
     for name, _ in files:
         h.update(f"{folder}/{name}".encode())
         h.update((where / name).read_bytes())
     newest = max((max(st.st_mtime, st.st_ctime) for _, st in files), default=0.0)
-    if time.time() - newest > SETTLED_S:
-        _remember_digest(key, stamped, h.digest())
-    return h.digest()
+    if time.time() - newest <= SETTLED_S:
+        return h.digest(), False
+    remembered[key] = [stamped, h.hexdigest()]
+    return h.digest(), True
 
 
 def _remembered_digests() -> dict[str, list[str]]:
@@ -83,13 +93,11 @@ def _remembered_digests() -> dict[str, list[str]]:
         return {}
 
 
-def _remember_digest(key: str, stamp: str, digest: bytes) -> None:
-    """Add one folder's digest (written whole and renamed into place: a reader sees the old or new file;
-    two processes writing at once may lose one's entry, which is then computed again)."""
+def _remember_digests(remembered: dict[str, list[str]]) -> None:
+    """Write the folders' digests (whole, renamed into place: a reader sees the old or the new file; two
+    processes writing at once may lose one's entry, which is then computed again)."""
     try:
         folder = state_dir()
-        remembered = _remembered_digests()
-        remembered[key] = [stamp, digest.hex()]
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=".source-digests-")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump(remembered, f)
@@ -101,7 +109,6 @@ def _remember_digest(key: str, stamp: str, digest: bytes) -> None:
 def forget_source_fingerprints() -> None:
     """Read the folders again at the next `source_fingerprint` (for a process that edits its own source)."""
     source_fingerprint.cache_clear()
-    _folder_digest.cache_clear()
 
 
 def _source_folder(folder: str) -> Path:

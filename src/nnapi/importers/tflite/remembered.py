@@ -27,7 +27,6 @@ import os
 import stat
 import struct
 import tempfile
-import time
 from collections import Counter
 from typing import Any
 
@@ -37,8 +36,10 @@ import numpy as np
 from ... import hal
 from ..._version import __version__
 from ...caching import IntegrityRegistry
+from ...hal import CacheHandles
+from ...memory import map_pool
 from ...runtime import Memory, Model
-from ...runtime.cache_files import FILE_CHECKS, IMPORT_MEMO_SUFFIX, untrusted_folder
+from ...runtime.cache_files import FILE_CHECKS, IMPORT_MEMO_SUFFIX, mark_used, untrusted_folder
 from .imported import IMPORTER_VERSION, ImportedModel, TensorInfo
 
 log = logging.getLogger("nnapi.importers")
@@ -132,7 +133,6 @@ def _remember(imported: ImportedModel, cache_dir: str, relaxed: bool) -> None:
     sources: list[list] = []
     sections: list[bytes | memoryview] = []
     offset = 0
-    from ...memory import map_pool
     for pool in model.pools:
         if pool == file_pool:
             sources.append(["file"])
@@ -166,11 +166,13 @@ def _remember(imported: ImportedModel, cache_dir: str, relaxed: bool) -> None:
             for data in sections:
                 write(data)
                 write(b"\0" * (-len(data) % _PAGE))
+        # Vouched for before it is in place: a memo in place is always one the registry vouches for (a
+        # failed or interrupted record leaves no memo; a digest vouched for without a file is harmless).
+        _registry().record(key, digest.digest())
         os.replace(tmp, _memo_path(cache_dir, key))
     except BaseException:
         os.unlink(tmp)
         raise
-    _registry().record(key, digest.digest())
 
 
 # --- reading ---------------------------------------------------------------------------------------
@@ -251,6 +253,7 @@ def _recall(path: str, cache_dir: str, relaxed: bool) -> ImportedModel | None:
         model_st = os.fstat(model_fd)
         if _stamp(model_st) != head["stamp"]:
             return None  # (the file changed since it was remembered)
+        mark_used(CacheHandles((memo_fd,), ()))  # (a hit: `nnapi cache prune --max-size` drops the least used)
         file_memory = Memory.from_fd(model_fd, 0, model_st.st_size, prot=mmap.PROT_READ)
         memories = [file_memory if source[0] == "file" else
                     Memory.from_fd(memo_fd, start + source[1], source[2], prot=mmap.PROT_READ)
@@ -259,10 +262,6 @@ def _recall(path: str, cache_dir: str, relaxed: bool) -> ImportedModel | None:
         os.close(memo_fd)
         if model_fd >= 0:
             os.close(model_fd)
-    try:  # (a hit is used: `nnapi cache prune --max-size` drops the least recently used first)
-        os.utime(_memo_path(cache_dir, key), ns=(time.time_ns(), os.stat(_memo_path(cache_dir, key)).st_mtime_ns))
-    except OSError:
-        pass
     main, referenced, values, relax = head["model"]
     hal_model = hal.Model(_from_subgraph(main), [_from_subgraph(g) for g in referenced], values,
                           [m.pool for m in memories], relax)
