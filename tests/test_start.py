@@ -48,3 +48,25 @@ print(json.dumps(sorted(m for m in ("jax", "openvino") if m in sys.modules)))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == ["openvino"]
+
+
+def test_naming_a_device_creates_no_other_driver_even_in_a_fresh_state_directory(tmp_path):
+    """An app that names `reference` starts no other driver's creation, so no backend is imported and no
+    other driver calibrates in the background (which an exiting app would then cut short)."""
+    env = dict(os.environ, NNAPI_STATE_DIR=str(tmp_path / "state"))
+    env.pop("NNAPI_SERVICE_DIR", None)
+    model = os.path.join(os.path.dirname(__file__), "..", "examples", "models", "face_detection_short_range.tflite")
+    code = """
+import json, sys, threading, numpy as np, nnapi
+compiled = nnapi.load(sys.argv[1], devices=["reference"], cache_dir=sys.argv[2])
+compiled.run([np.zeros(i.shape, i.dtype) for i in compiled.inputs])
+creating = sorted(t.name for t in threading.enumerate() if t.name.startswith("nnapi-create-"))
+print(json.dumps({"modules": sorted(m for m in ("jax", "openvino", "nnapi.drivers.openvino", "nnapi.drivers.xla")
+                                    if m in sys.modules), "creating": creating}))
+"""
+    out = subprocess.run([sys.executable, "-c", code, model, str(tmp_path / "cache")], capture_output=True,
+                         text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    assert found == {"modules": [], "creating": []}, found
+    assert "claim analysis failed" not in out.stderr, out.stderr[-2000:]

@@ -189,13 +189,17 @@ def dropped_devices() -> dict[str, str]:
         return dict(_dropped)
 
 
-def _in_process(skip: set[str], wait: bool = True) -> list[Device]:
+def _in_process(skip: set[str], wait: bool = True, only: str | None = None) -> list[Device]:
     """The installed drivers, created on first need (all at once, each within its bound), except those
-    named in `skip` (served ones); without `wait`, those created so far (the rest go on being created)."""
+    named in `skip` (served ones); without `wait`, those created so far (the rest go on being created).
+    With `only`, only the entry point of that name is created (a device the app names: the other drivers
+    and their backends are not touched)."""
     global _entry_points
     if _entry_points is None:
         _entry_points = sorted(entry_points("nnapi.drivers"), key=lambda e: e.name)
     for ep in _entry_points:
+        if only is not None and ep.name != only:
+            continue
         if ep.name not in skip and ep.name not in _local and ep.name not in _creating:
             bound = _creation_bound(ep)
             _creating[ep.name] = (bounded(lambda ep=ep: _create(ep), bound, f"nnapi-create-{ep.name}"),
@@ -283,8 +287,9 @@ def devices() -> list[Device]:
     return _devices(wait=True)
 
 
-def _devices(wait: bool) -> list[Device]:
-    """`devices()`; without `wait`, the in-process drivers created so far."""
+def _devices(wait: bool, only: str | None = None) -> list[Device]:
+    """`devices()`; without `wait`, the in-process drivers created so far; with `only`, creating no
+    in-process driver but that entry point's (`_in_process`)."""
     with _lock:
         served, dead = _services()
         _dead.clear()
@@ -292,7 +297,7 @@ def _devices(wait: bool) -> list[Device]:
         names = {d.name for d in served}
         # A dead served driver is not replaced by its in-process twin, except the reference driver:
         # the default list always keeps one to fall back on.
-        local = _in_process(names | (set(dead) - {"reference"}), wait)
+        local = _in_process(names | (set(dead) - {"reference"}), wait, only)
         found = [d for d in _registered if d.name not in names]
         for d in [*served, *local]:
             if all(d.name != f.name for f in found):
@@ -326,8 +331,10 @@ def unregister_device(name: str) -> None:
 def find_device(name: str) -> Device:
     """The device called `name`. UNAVAILABLE_DEVICE when it is served and its service died (and is not
     back): an explicit device list gets the error rather than another driver. It waits for that device's
-    creation only, never for another's (a plug-in that hangs costs an app that names `reference` nothing)."""
-    found = _devices(wait=False)
+    creation only, never for another's (a plug-in that hangs costs an app that names `reference` nothing),
+    and creates no other driver unless no entry point has that name (a plug-in's device may be named
+    otherwise: then every driver is created to find it)."""
+    found = _devices(wait=False, only=name)
     with _lock:
         dead = _dead.get(name)
     if dead is not None:
@@ -340,12 +347,15 @@ def find_device(name: str) -> Device:
         creating = _creating.get(name)
     if creating is not None:  # named, so worth waiting for
         concurrent.futures.wait([creating[0]], timeout=max(NAMED_TIMEOUT_S, creating[1] - time.monotonic()))
-        found = _devices(wait=False)
+        found = _devices(wait=False, only=name)
         for d in found:
             if d.name == name:
                 return d
-    if not any(d.name == name for d in found) and name not in _creating:
-        found = devices()  # (not among the installed drivers: say what there is)
+    if name not in _creating:
+        found = devices()  # (no entry point of that name: every driver, to find it or say what there is)
+        for d in found:
+            if d.name == name:
+                return d
     why = dropped_devices().get(name)
     raise NnError(ResultCode.BAD_DATA, f"no device named {name!r} (available: {', '.join(d.name for d in found)})"
                   + (f"; the installed driver {name} was left out: {why}" if why else ""))
