@@ -78,17 +78,23 @@ def _wait_for(proc: subprocess.Popen, marker: str, timeout: float) -> bool:
     return False
 
 
-def _cache_complete(cache: str, env: dict) -> tuple[bool, str]:
-    """Every entry of the app's cache folder is empty or verifies (`nnapi cache verify`)."""
+def _cache_complete(cache: str, env: dict, driver_env: dict) -> tuple[bool, str]:
+    """Every entry of the app's cache folder is empty or verifies (`nnapi cache verify`): the import memos
+    against the app's state directory (`env`), the drivers' entries against their own (`driver_env`: the
+    service's when served)."""
     if not os.path.isdir(cache) or not os.listdir(cache):
         return True, "empty"
-    out = subprocess.run([sys.executable, "-m", "nnapi.cli", "cache", "verify", cache, "--json"],
-                         capture_output=True, text=True, env=env, timeout=600)
-    try:
-        report = json.loads(out.stdout)
-    except ValueError:
-        return False, f"nnapi cache verify: rc {out.returncode}: {out.stderr.strip()[-300:]}"
-    bad = [e for e in report if e.get("size") and not e.get("ok")]  # (size 0: every file empty, not written)
+    checks = [(env, lambda e: True)] if driver_env is env else \
+        [(env, lambda e: e.get("kind") == "import"), (driver_env, lambda e: e.get("kind") != "import")]
+    bad = []
+    for run_env, owned in checks:
+        out = subprocess.run([sys.executable, "-m", "nnapi.cli", "cache", "verify", cache, "--json"],
+                             capture_output=True, text=True, env=run_env, timeout=600)
+        try:
+            report = json.loads(out.stdout)
+        except ValueError:
+            return False, f"nnapi cache verify: rc {out.returncode}: {out.stderr.strip()[-300:]}"
+        bad += [e for e in report if owned(e) and e.get("size") and not e.get("ok")]  # (size 0: not written)
     return not bad, "; ".join(str(e.get("reason")) for e in bad[:3]) or "ok"
 
 
@@ -149,10 +155,12 @@ def one_try(device: str, mode: str, phase: str, work: str, rng: random.Random) -
         result["crash"] = result["crash"] or _crashed(service, service_err)
         if result["crash"] or service.returncode != 0:
             result["service_err"] = service_err.strip()[-500:]
-    if service is not None:  # (the served driver's registry is in the service's state directory)
-        env = dict(env, NNAPI_STATE_DIR=os.path.join(work, "service-state"))
-        env.pop("NNAPI_SERVICE_DIR")
-    complete, why = _cache_complete(cache, env)
+    app_env = dict(env)
+    app_env.pop("NNAPI_SERVICE_DIR", None)
+    driver_env = app_env  # (the served driver's registry is in the service's state directory)
+    if service is not None:
+        driver_env = dict(app_env, NNAPI_STATE_DIR=os.path.join(work, "service-state"))
+    complete, why = _cache_complete(cache, app_env, driver_env)
     result["cache_complete"], result["cache"] = complete, why
     ok_rc = app.returncode in (0, 130)
     result["ok"] = ok_rc and not result["crash"] and complete and result.get("service_rc", 0) == 0
