@@ -163,7 +163,30 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """The `nnapi` command: its exit status (2: bad arguments, 1: the work failed)."""
+    own = argv is None  # (the process's own command, not a call from Python code)
     argv = sys.argv[1:] if argv is None else argv
     args = parser_for(argv).parse_args(argv)
     with _logging(getattr(args, "verbose", 0)):
-        return _dispatch(args)
+        code = _dispatch(args)
+    if own and code == 130:
+        _interrupted_exit()
+    return code
+
+
+def _interrupted_exit() -> None:
+    """End a command stopped by Ctrl-C with 130 once the exit handlers ran (the driver threads waited for,
+    the backends closed: `qos.threads`), skipping the interpreter's teardown of half-used backend modules:
+    XLA, stopped in the middle of a cold compile, crashed there (a segfault at exit, about 1 in 6 tries)."""
+    import atexit
+
+    def flush() -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+
+    flush()
+    atexit._run_exitfuncs()  # (logging's shutdown among them)
+    flush()
+    os._exit(130)
