@@ -5,6 +5,8 @@ One run, side by side, medians:
 1. Per-execution overhead on a tiny model (one ADD of 4 floats, numpy arguments), through the public
    API: the reference driver in-process, served by `nnapi serve` (plain `compute`), and served
    through a burst (`Burst.compute`). Goals: burst <= in-process + 100 us, plain <= in-process + 250 us.
+   Also a reusable execution (`set_reusable(True)`, arguments bound once) in-process and served (the
+   service keeps the request: each computation is one small call).
 2. Overhead against tensor size, 4 KB to 64 MB, inputs and outputs in shared memory (`Memory.ashmem`,
    so the app's own copy is excluded): the overhead of a call is its latency minus the time the driver
    reports it spent (`time_in_driver`), so the computation itself drops out. Goal: flat (64 MB <= 2x
@@ -96,9 +98,22 @@ def tiny(local, served, runs: int) -> dict:
     comps = {"in_process": nnapi.Compilation(model, devices=[local]).finish(),
              "service": nnapi.Compilation(model, devices=[served]).finish()}
     burst = comps["service"].create_burst()
-    times: dict[str, list[int]] = {"in_process": [], "service": [], "service_burst": []}
+    times: dict[str, list[int]] = {"in_process": [], "service": [], "service_burst": [],
+                                   "in_process_reusable": [], "service_reusable": []}
+    reusable = {}  # a reusable execution per side, its arguments bound once (the service keeps its request)
+    for side in ("in_process", "service"):
+        e = nnapi.Execution(comps[side])
+        e.set_reusable(True)
+        e.set_input(0, x)
+        e.set_input(1, y)
+        e.set_output(0, np.empty(4, np.float32))
+        reusable[f"{side}_reusable"] = e
 
     def one(kind: str) -> int:
+        if kind in reusable:
+            start = time.perf_counter_ns()
+            reusable[kind].compute()
+            return time.perf_counter_ns() - start
         c = comps["service" if kind == "service_burst" else kind]
         out = np.empty(4, np.float32)
         start = time.perf_counter_ns()
@@ -123,7 +138,8 @@ def tiny(local, served, runs: int) -> dict:
     med = {k: median_us(v) for k, v in times.items()}
     return {"median_us": med,
             "service_overhead_us": med["service"] - med["in_process"],
-            "burst_overhead_us": med["service_burst"] - med["in_process"]}
+            "burst_overhead_us": med["service_burst"] - med["in_process"],
+            "reusable_overhead_us": med["service_reusable"] - med["in_process_reusable"]}
 
 
 # --- 2. tensor size ------------------------------------------------------------------------------------------
@@ -456,7 +472,9 @@ def main() -> None:
             t = figures["tiny"]
             print(f"1. tiny ADD, median per execution: in-process {t['median_us']['in_process']:.0f} us, "
                   f"service {t['median_us']['service']:.0f} us (+{t['service_overhead_us']:.0f}), "
-                  f"service burst {t['median_us']['service_burst']:.0f} us (+{t['burst_overhead_us']:.0f})")
+                  f"service burst {t['median_us']['service_burst']:.0f} us (+{t['burst_overhead_us']:.0f}); "
+                  f"a reusable execution: in-process {t['median_us']['in_process_reusable']:.0f} us, service "
+                  f"{t['median_us']['service_reusable']:.0f} us (+{t['reusable_overhead_us']:.0f})")
         if "size" not in skip:
             figures["size"] = overhead_by_size(local, served, [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20], 40)
             print("2. overhead against tensor size (latency minus time in driver), median us")

@@ -165,18 +165,26 @@ def test_client_death_frees_everything(service_dir):
         assert fds_after == fds
         assert rss_after - rss < 16 << 20
 
-        # A client process that dies holding a prepared model, a buffer, a burst: all freed.
+        # A client process that dies holding a prepared model, a buffer, a burst, a reusable execution (with
+        # the shared memory of its request): all freed.
         pid = os.fork()
         if pid == 0:
             try:
                 device = connect(served.socket)
                 prepared = device.prepare_model(hal_model, ExecutionPreference.FAST_SINGLE_ANSWER, Priority.MEDIUM,
                                                 None, None, None)
+                x = np.ones(64, np.float32)
+                request = Request([RequestArgument(location=DataLocation(k, 0, 256)) for k in (0, 1)],
+                                  [RequestArgument(location=DataLocation(2, 0, 256))],
+                                  [MemoryPool(pointer=x), MemoryPool(pointer=x.copy()),
+                                   MemoryPool(pointer=np.zeros(64, np.float32))])
                 kept = device.allocate(BufferDesc(), [prepared], [BufferRole(0, 0)], []), \
-                    prepared.configure_execution_burst()
+                    prepared.configure_execution_burst(), \
+                    prepared.create_reusable_execution(request, MeasureTiming.NO, None)
+                kept[2].compute()
                 counts = device.status()["objects"]
                 os._exit(0 if kept and counts == {"prepared model": 1, "buffer": 1, "burst": 1,
-                                                  "fenced execution callback": 0} else 3)
+                                                  "fenced execution callback": 0, "reusable execution": 1} else 3)
             except BaseException:
                 os._exit(4)
         _, code = os.waitpid(pid, 0)

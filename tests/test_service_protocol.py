@@ -11,7 +11,7 @@ from nnapi.service import codec, protocol
 
 def test_every_call_is_declared_once_and_generic_ones_name_a_hal_method():
     names = [m.name for m in protocol.METHODS.values()]
-    assert len(names) == len(set(names)) == 17
+    assert len(names) == len(set(names)) == 19
     interfaces = {None: IDevice, protocol.PREPARED: IPreparedModel, protocol.BUFFER: IBuffer,
                   protocol.FENCED: IFencedExecutionCallback}
     for name in ("get_supported_operations", "prepare_model_from_cache", "execute_synchronously", "copy_to",

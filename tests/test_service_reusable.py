@@ -11,6 +11,7 @@ import pytest
 import nnapi
 from nnapi.hal import (DataLocation, ErrorStatus, ExecutionPreference, MeasureTiming, MemoryPool, NnError, Priority,
                        Request, RequestArgument)
+from nnapi.service import protocol
 from nnapi.service.reusable import ServiceExecution
 from conftest import add_relu_model
 from test_service import remote, service  # noqa: F401  (fixtures: the served reference driver)
@@ -73,7 +74,8 @@ def test_a_served_reusable_execution_of_an_invalid_request_is_refused_when_made(
 
 
 def test_a_served_reusable_execution_computes_one_at_a_time(remote):
-    """A second computation while one runs is refused (IExecution: one at a time), the first unharmed."""
+    """A second computation while one runs is refused (IExecution: one at a time), the first unharmed: by
+    the app's proxy, and by the service for a client that sends them anyway (raw calls on its connection)."""
     n = 1 << 20
     prepared = _prepared(remote, n)
     x, y, out = np.ones(n, np.float32), np.ones(n, np.float32), np.zeros(n, np.float32)
@@ -83,14 +85,19 @@ def test_a_served_reusable_execution_computes_one_at_a_time(remote):
     errors: list[NnError] = []
     done = threading.Event()
 
-    def hammer() -> None:
+    raw: list[NnError] = []
+
+    def hammer(proxy: bool) -> None:
         while not done.is_set():
             try:
-                execution.compute()
+                if proxy:
+                    execution.compute()
+                else:
+                    remote.connection.call(protocol.EXECUTION_COMPUTE, execution.oid, [None])
             except NnError as e:
-                errors.append(e)
+                (errors if proxy else raw).append(e)
 
-    threads = [threading.Thread(target=hammer) for _ in range(3)]
+    threads = [threading.Thread(target=hammer, args=(k == 0,)) for k in range(3)]
     for t in threads:
         t.start()
     try:
@@ -103,8 +110,9 @@ def test_a_served_reusable_execution_computes_one_at_a_time(remote):
         done.set()
         for t in threads:
             t.join()
-    assert errors and all(e.status == ErrorStatus.GENERAL_FAILURE and "one computation at a time" in e.message
-                          for e in errors)
+    assert errors and raw and all(e.status == ErrorStatus.GENERAL_FAILURE and "one computation at a time" in e.message
+                                  for e in errors + raw)
+    assert any("execution_compute" in e.message for e in raw)  # (refused by the service itself)
     execution.compute()
     np.testing.assert_array_equal(out, np.full(n, 2, np.float32))
 

@@ -45,7 +45,7 @@ __all__ = ["BAD_FD", "CALL", "Decoder", "ERROR", "EVENT", "EXT_BAD_FD", "EXT_FD"
            "encode_timing", "error_message", "fd_open", "pack", "plain", "read_call", "unpack", "write_back"]
 
 #: The protocol version both sides must speak (the first call of a connection is `hello`).
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # (2: reusable executions)
 CALL, REPLY, ERROR, EVENT = 0, 1, 2, 3
 EXT_FD, EXT_BAD_FD = 1, 2
 _U32 = struct.Struct("<I")
@@ -253,6 +253,10 @@ class Decoder:
         """Write what the call wrote into copies of the app's files back into them (GENERAL_FAILURE when
         a file cannot take it)."""
         write_back(self._copies.values())
+
+    def copied_files(self) -> set[tuple[int, int]]:
+        """The (st_dev, st_ino) of the app's files this message's handles were copied from."""
+        return {ident for ident in (copy.source_identity() for copy in self._copies.values()) if ident is not None}
 
     @property
     def writes_back(self) -> bool:

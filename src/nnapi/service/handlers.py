@@ -23,7 +23,8 @@ from . import protocol
 from .codec import EVENT, PROTOCOL_VERSION, Decoder, Encoder, check_int, check_list
 from .fences import check_sync_fence, signalled
 from .objects import Client, Entry, Foreign
-from .protocol import BURST, PREPARED, Method
+from .protocol import BURST, EXECUTION, PREPARED, Method
+from .reusable import create_served
 from .values import MAX_ITEMS
 from .wire import close_fds
 
@@ -96,6 +97,7 @@ class Handlers:
             "execute": self.execute, "execute_fenced": self.execute_fenced,
             "configure_execution_burst": service.channels.configure, "burst_execute": service.channels.execute,
             "burst_release": service.channels.release,
+            "create_reusable_execution": self.create_reusable_execution, "execution_compute": self.execution_compute,
         }
 
     def handler(self, name: str) -> Handler:
@@ -132,7 +134,8 @@ class Handlers:
 
     def forget_memory(self, call: Call, obj: Any, args: list) -> None:
         """The app seals or frees memory it sent: let go of this connection's mappings of those files,
-        and of the burst slots that hold them (args: a list of [st_dev, st_ino])."""
+        of the burst slots that hold them, and of the reusable executions that map them (args: a list of
+        [st_dev, st_ino])."""
         client = call.client
         files = set()
         for item in args[0][:MAX_ITEMS]:
@@ -140,6 +143,8 @@ class Handlers:
             files.add((check_int(dev, "st_dev", 0, 2**64 - 1), check_int(ino, "st_ino", 0, 2**64 - 1)))
         for dev, ino in files:
             client.mappings.forget_file(dev, ino)
+        for execution in client.objects_of(EXECUTION):
+            execution.forget(files)
         for burst in client.objects_of(BURST):
             with burst.lock:
                 held = [slot for slot, (pool, _, copy) in burst.slots.items()
@@ -173,6 +178,16 @@ class Handlers:
         oid = call.client.add(Entry(PREPARED, prepared, fds))
         source = getattr(prepared, "cache_source", None)  # (the fleet tier's word: [id, source] then)
         return oid if source is None else [oid, str(source)]
+
+    def create_reusable_execution(self, call: Call, prepared: Any, args: list) -> int:
+        """The driver's reusable execution of the request, kept with its memory until the app releases it."""
+        request, measure, loop_timeout_ns = args
+        served = create_served(prepared, request, measure, loop_timeout_ns, call.dec, self.client_kw(call))
+        return call.client.add(Entry(EXECUTION, served, on_release=served.release))
+
+    def execution_compute(self, call: Call, served: Any, args: list) -> Any:
+        (deadline,) = args
+        return call.spec.encode_result(served.compute(deadline))
 
     def allocate(self, call: Call, obj: Any, args: list) -> list:
         desc, prepared_ids, input_roles, output_roles = args

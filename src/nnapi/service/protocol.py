@@ -22,7 +22,8 @@ from .values import (MAX_RANK, check_bytes, check_int, check_list, check_opt_int
 
 #: The kinds of objects a connection owns (a call's target; None: the device, or the service itself).
 PREPARED, BUFFER, BURST, FENCED = "prepared model", "buffer", "burst", "fenced execution callback"
-OBJECT_KINDS = (PREPARED, BUFFER, BURST, FENCED)
+EXECUTION = "reusable execution"
+OBJECT_KINDS = (PREPARED, BUFFER, BURST, FENCED, EXECUTION)
 
 
 @dataclass(frozen=True)
@@ -320,6 +321,8 @@ EXECUTE = Method("execute", PREPARED, (Field("request", "request", "request"), _
 EXECUTE_FENCED = Method("execute_fenced", PREPARED, (
     Field("request", "late_request", "request"), Field("wait_for", "fds", "wait_for"), _MEASURE, _DEADLINE, _LOOP,
     Field("timeout_after_fence_ns", "opt_int", "timeout after fence")), "fenced", client=True, makes=FENCED)
+CREATE_REUSABLE_EXECUTION = Method("create_reusable_execution", PREPARED, (
+    Field("request", "request", "request"), _MEASURE, _LOOP), "object", client=True, makes=EXECUTION)
 CONFIGURE_EXECUTION_BURST = Method("configure_execution_burst", PREPARED, (
     Field("channel", "fd", "burst channel", optional=True),), "burst", makes=BURST)
 # IBurst (on its channel, or on the connection)
@@ -327,6 +330,8 @@ BURST_EXECUTE = Method("burst_execute", BURST, (
     Field("request", "slotted_request", "request"), Field("slots", "slots", "burst slots"), _MEASURE, _DEADLINE,
     _LOOP), "execution", execution=True, client=True)
 BURST_RELEASE = Method("burst_release", BURST, rest=Field("slot", "any", "burst slot"), inline=True)
+# IExecution (the request and its memory kept by the service from its creation)
+EXECUTION_COMPUTE = Method("execution_compute", EXECUTION, (_DEADLINE,), "execution", execution=True)
 # IBuffer
 COPY_TO = Method("copy_to", BUFFER, (Field("dst", "handle", "copy_to memory"),), writes_back=True)
 COPY_FROM = Method("copy_from", BUFFER, (Field("src", "handle", "copy_from memory"),
@@ -337,7 +342,7 @@ GET_EXECUTION_INFO = Method("get_execution_info", FENCED, result="info")
 #: Every call, by name.
 METHODS: dict[str, Method] = {m.name: m for m in (
     HELLO, RELEASE, FORGET_MEMORY, STATUS, GET_SUPPORTED_OPERATIONS, PREPARE_MODEL, PREPARE_MODEL_FROM_CACHE,
-    ALLOCATE, EXECUTE_SYNCHRONOUSLY, EXECUTE, EXECUTE_FENCED, CONFIGURE_EXECUTION_BURST, BURST_EXECUTE,
-    BURST_RELEASE, COPY_TO, COPY_FROM, GET_EXECUTION_INFO)}
+    ALLOCATE, EXECUTE_SYNCHRONOUSLY, EXECUTE, EXECUTE_FENCED, CREATE_REUSABLE_EXECUTION, CONFIGURE_EXECUTION_BURST,
+    BURST_EXECUTE, BURST_RELEASE, EXECUTION_COMPUTE, COPY_TO, COPY_FROM, GET_EXECUTION_INFO)}
 #: The calls a burst's channel takes.
 CHANNEL_METHODS = (BURST_EXECUTE, BURST_RELEASE)

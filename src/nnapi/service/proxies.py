@@ -1,5 +1,6 @@
 """Client proxies of the HAL interfaces: `IDevice`, `IPreparedModel`, `IBuffer` and
-`IFencedExecutionCallback` over one connection to a service (the burst's: `burst`), so the runtime
+`IFencedExecutionCallback` over one connection to a service (the burst's: `burst`; the reusable
+execution's: `reusable`), so the runtime
 uses a served driver exactly as an in-process one. Each method is one call declared in `protocol`
 (`Connection.call`); in-process (pointer) pools are staged in shared memory for it (`staging`).
 """
@@ -17,6 +18,7 @@ from . import protocol
 from .burst import ServiceBurst
 from .codec import Encoder, fd_open
 from .connection import CONNECT_TIMEOUT, Connection, Remote, hal
+from .reusable import ServiceExecution
 from .staging import RegionCache, Staged, stage_model
 from .values import check_int, check_list, decode_capabilities, decode_info
 from .wire import Durations
@@ -189,6 +191,21 @@ class ServicePreparedModel(Remote, IPreparedModel):
             return fence, callback
         finally:
             staged.release()
+
+    @hal
+    def create_reusable_execution(self, request: Request, measure, loop_timeout_ns: int | None, *,
+                                  client: ClientId | None = None) -> ServiceExecution:
+        """The request crosses once and the service keeps it; each computation is one small call."""
+        staged = Staged(request, self.device.staging)
+        try:
+            # (every size: the service keeps the execution's memory mapped, however small)
+            self.device.connection.sent_pools(staged.request.pools, min_bytes=0)
+            oid = self.device.connection.call(protocol.CREATE_REUSABLE_EXECUTION, self.oid,
+                                              [staged.request, measure, loop_timeout_ns])
+        except BaseException:
+            staged.release()
+            raise
+        return ServiceExecution(self.device, oid, staged)
 
     @hal
     def configure_execution_burst(self) -> ServiceBurst:

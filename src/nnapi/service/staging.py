@@ -108,6 +108,7 @@ class Staged:
         self._cache = cache
         self._regions: list[Region] = []
         self._back: list[tuple[memoryview, int, int, Region, int]] = []  # view, start, end, region, at
+        self._in: list[tuple[memoryview, Region, int]] = []  # an input pool's view, its region, where there
         #: For each pool of `request`, the index of the caller's pool it is (None: the merged region).
         self.origin: list[int | None] = list(range(len(request.pools)))
         #: The index of the pool in the `persistent` region (bursts keep it), if one was used.
@@ -155,7 +156,8 @@ class Staged:
             region = self._cache.take(max(total, 1))
             self._regions.append(region)
         for k in {a.location.pool_index for a in request.inputs if not a.has_no_value} & views.keys():
-            region.map[bases[k]:bases[k] + views[k].nbytes] = views[k]
+            self._in.append((views[k], region, bases[k]))
+        self.refresh()
         pools = [p for k, p in enumerate(request.pools) if k not in views]
         index = {k: i for i, k in enumerate(k for k in range(len(request.pools)) if k not in views)}
         merged = len(pools)
@@ -187,7 +189,7 @@ class Staged:
             region = self._cache.take(view.nbytes)
             self._regions.append(region)
             if k in read:
-                region.map[:view.nbytes] = view
+                self._in.append((view, region, 0))
             pools[k] = MemoryPool(handle=region.handle(max(view.nbytes, 1)))
             for a in request.outputs:
                 loc = a.location
@@ -196,6 +198,12 @@ class Staged:
                     if end > start:
                         self._back.append((view, start, end, region, start))
         self.request = Request(request.inputs, request.outputs, pools)
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Copy the app's input pools into their regions (again, for a reusable execution's computation)."""
+        for view, region, at in self._in:
+            region.map[at:at + view.nbytes] = view
 
     def finish(self) -> None:
         for view, start, end, region, at in self._back:
@@ -206,6 +214,7 @@ class Staged:
         for region in regions:
             self._cache.give(region)
         self._back = []
+        self._in = []
 
 
 def stage_model(enc: Encoder, model: Any) -> Model:

@@ -29,7 +29,8 @@ import threading
 import traceback
 from typing import Any, Callable
 
-from ...hal import (ErrorStatus, IBuffer, IBurst, IDevice, IFencedExecutionCallback, IPreparedModel, NnError)
+from ...hal import (ErrorStatus, IBuffer, IBurst, IDevice, IExecution, IFencedExecutionCallback, IPreparedModel,
+                   NnError)
 from .core import HOST_CLAIM, HOST_CRASH, claim_failure
 from .leftovers import become_subreaper
 
@@ -98,6 +99,16 @@ class GuardedBurst(IBurst):
         return _guarded(self.inner.release_memory_resource, token)
 
 
+class GuardedExecution(IExecution):
+    """The driver's reusable execution, its exceptions marked."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def compute(self, deadline: int | None = None):
+        return _guarded(self.inner.compute, deadline)
+
+
 class GuardedBuffer(IBuffer):
     """The driver's buffer, its exceptions marked (released with it: the service calls `release`)."""
 
@@ -133,6 +144,13 @@ class GuardedPrepared(IPreparedModel):
         if isinstance(value, (tuple, list)) and len(value) == 2 and value[1] is not None:
             return value[0], GuardedFenced(value[1])
         return value
+
+    def create_reusable_execution(self, *args: Any, **kwargs: Any):
+        create = getattr(self.inner, "create_reusable_execution", None)
+        if create is None:  # (a driver that predates it: one execution per computation)
+            return IPreparedModel.create_reusable_execution(self, *args, **kwargs)
+        execution = _guarded(create, *args, **kwargs)
+        return GuardedExecution(execution) if execution is not None else None
 
     def configure_execution_burst(self):
         burst = _guarded(self.inner.configure_execution_burst)
