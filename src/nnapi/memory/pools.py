@@ -88,7 +88,7 @@ class FileCopy:
 
     def source_identity(self) -> tuple[int, int] | None:
         """(st_dev, st_ino) of the app's file."""
-        return _fd_identity(self.source)
+        return fd_identity(self.source)
 
 
 def stable_handle(handle: MemoryHandle, max_copy_bytes: int | None = None) -> tuple[MemoryHandle, FileCopy | None]:
@@ -238,10 +238,11 @@ _forgetters_lock = threading.RLock()
 
 def file_identity(handle: MemoryHandle) -> tuple[int, int] | None:
     """(st_dev, st_ino) of the file a one-descriptor handle maps, or None (no such descriptor)."""
-    return _fd_identity(handle.fds[0]) if handle.fds else None
+    return fd_identity(handle.fds[0]) if handle.fds else None
 
 
-def _fd_identity(fd: int) -> tuple[int, int] | None:
+def fd_identity(fd: int) -> tuple[int, int] | None:
+    """(st_dev, st_ino) of the file open on `fd`, or None (not an open descriptor)."""
     try:
         st = os.fstat(fd)
     except (OSError, TypeError, ValueError, OverflowError):

@@ -11,13 +11,13 @@ ends the execution rather than staying mapped (`forget`).
 """
 from __future__ import annotations
 
-import os
 import threading
 import time
 import weakref
 from typing import TYPE_CHECKING, Any
 
 from ..hal import ErrorStatus, IExecution, MeasureTiming, NnError, OutputShape, Request, SimpleExecution, Timing
+from ..memory import fd_identity
 from . import protocol
 from .codec import Decoder
 from .connection import Remote, hal
@@ -76,14 +76,7 @@ class ServedExecution:
         self.priority = priority  # (LOW work gives way to the foreground's: `foreground.execution`)
         self.fds = decoder.adopt_all()  # (closed by the entry's release)
         self._decoder = decoder
-        self.files = set()
-        for fd in self.fds:
-            try:
-                st = os.fstat(fd)
-                self.files.add((st.st_dev, st.st_ino))
-            except OSError:
-                pass
-        self.files |= decoder.copied_files()
+        self.files = ({fd_identity(fd) for fd in self.fds} - {None}) | decoder.copied_files()
         self.lock = threading.Lock()
         self.gone: str | None = None
 
@@ -101,14 +94,12 @@ class ServedExecution:
         finally:
             self.lock.release()
 
-    def forget(self, files: set[tuple[int, int]]) -> bool:
-        """End the execution when it maps one of `files` (sealed or freed by the app); whether it did."""
-        if not self.files & files:
-            return False
-        with self.lock:
-            self.execution = None
-            self.gone = "the memory of its request was sealed or freed by the app"
-        return True
+    def forget(self, files: set[tuple[int, int]]) -> None:
+        """End the execution when it maps one of `files` (sealed or freed by the app)."""
+        if self.files & files:
+            with self.lock:
+                self.execution = None
+                self.gone = "the memory of its request was sealed or freed by the app"
 
     def release(self) -> None:
         with self.lock:
@@ -116,4 +107,3 @@ class ServedExecution:
             self.gone = "released"
         close_fds(self.fds)
         self.fds = []
-
