@@ -40,7 +40,7 @@ def _normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
-def _distributions() -> list[str] | None:
+def distributions() -> list[str] | None:
     """The metadata folders of the installed distributions, one per distribution (first on the path
     wins); None when `sys.path` holds an archive, which only `importlib.metadata` reads."""
     stamp = []
@@ -55,7 +55,7 @@ def _distributions() -> list[str] | None:
 
 @functools.lru_cache(maxsize=4)
 def _listed(stamp: tuple) -> list[str] | None:
-    """`_distributions` of one state of the path's folders (a folder's mtime moves when a distribution
+    """`distributions` of one state of the path's folders (a folder's mtime moves when a distribution
     is installed into it or removed)."""
     seen: set[str] = set()
     found: list[str] = []
@@ -83,7 +83,7 @@ def _listed(stamp: tuple) -> list[str] | None:
 
 def entry_points(group: str) -> list[EntryPoint]:
     """The entry points of `group` of every installed distribution."""
-    folders = _distributions()
+    folders = distributions()
     if folders is None:
         import importlib.metadata
         return [EntryPoint(ep.name, ep.value, group) for ep in importlib.metadata.entry_points(group=group)]
@@ -109,7 +109,7 @@ def entry_points(group: str) -> list[EntryPoint]:
 
 def release(name: str) -> str | None:
     """The installed version of distribution `name` ("2026.4.1-22982-..."), None when it is not installed."""
-    folders = _distributions()
+    folders = distributions()
     if folders is None:
         import importlib.metadata
         try:
@@ -134,4 +134,4 @@ def release(name: str) -> str | None:
     return None
 
 
-__all__ = ["EntryPoint", "entry_points", "release"]
+__all__ = ["EntryPoint", "distributions", "entry_points", "release"]

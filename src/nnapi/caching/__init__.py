@@ -11,11 +11,23 @@
 - `ThreadConnections`: SQLite databases of the state directory opened safely by many processes at once
   (the registry, the engine, the runtime's latency record).
 """
-from ._sqlite import ThreadConnections
-from .artifacts import CacheError, load_artifacts, save_artifacts
-from .engine import CachingEngine
-from .fingerprint import model_fingerprint, remembered_fingerprints
-from .registry import IntegrityRegistry, state_dir
+from typing import TYPE_CHECKING
+
+from ..lazy import exports
+
+#: Imported on first use (`lazy.exports`): finding the state directory needs neither SQLite nor hashing.
+__getattr__ = exports(__name__, {
+    "ThreadConnections": "._sqlite", "CacheError": ".artifacts", "load_artifacts": ".artifacts",
+    "save_artifacts": ".artifacts", "CachingEngine": ".engine", "model_fingerprint": ".fingerprint",
+    "remembered_fingerprints": ".fingerprint", "IntegrityRegistry": ".registry", "state_dir": ".state"})
+
+if TYPE_CHECKING:
+    from ._sqlite import ThreadConnections
+    from .artifacts import CacheError, load_artifacts, save_artifacts
+    from .engine import CachingEngine
+    from .fingerprint import model_fingerprint, remembered_fingerprints
+    from .registry import IntegrityRegistry
+    from .state import state_dir
 
 __all__ = ["CacheError", "load_artifacts", "save_artifacts", "CachingEngine", "IntegrityRegistry", "state_dir",
            "ThreadConnections", "model_fingerprint", "remembered_fingerprints"]

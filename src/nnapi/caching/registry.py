@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._sqlite import ThreadConnections, transaction
+from .state import state_dir
 
 #: Verified digests kept per app and token.
 MAX_DIGESTS_PER_TOKEN = 64
@@ -53,22 +54,6 @@ CREATE TABLE IF NOT EXISTS dropped (
 #: The columns a dropped row keeps, and what is kept of them.
 _DROP = ("INSERT OR REPLACE INTO dropped SELECT driver, version, uid, token, digest, ? FROM vouched WHERE {where}",
          "DELETE FROM vouched WHERE {where}")
-
-
-def state_dir() -> Path:
-    """The drivers' private state directory, created 0700 on first use. OSError when it cannot be
-    used (a regular file in its place, no permission): callers turn caching off, never the device."""
-    env = os.environ.get("NNAPI_STATE_DIR")
-    if env:
-        path = Path(env)
-    else:
-        base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-        path = Path(base) / "nnapi"
-    if not os.path.isdir(path):  # (one stat when it is there: asked at every compilation)
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        if not path.is_dir():
-            raise NotADirectoryError(f"state directory {path} is not a directory")
-    return path
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,10 @@ def run(args: argparse.Namespace) -> int:
     from ..runtime.devices import dropped_devices
     if args.calibrate:
         from ..drivers.base import calibration
+        from ..runtime import device_records
         calibration.forget()
-        log.info("stored calibrations dropped: every device measures again")
+        device_records.forget()  # (a record holds the capabilities the old calibration gave)
+        log.info("stored calibrations and device records dropped: every device measures again")
     devs = devices()
     if args.json:
         print(json.dumps([{"name": d.name, "version": d.version, "type": d.type.name,

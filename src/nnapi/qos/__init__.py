@@ -6,9 +6,20 @@ deadline and queue checks that answer at once), runs it with `ticket.run(fn)`, a
 `checkpoint()` between units of work so the scheduler can preempt it or abort it at its deadline.
 Native calls that reach no checkpoint run LOW work at the OS's lowest priority (`background`).
 """
-from .estimate import Calibration, DurationStats, calibrate, model_cost_ns
-from .memory import estimate_peak_bytes
-from .scheduler import Scheduler, Ticket, checkpoint, current, normalize_deadline
+from typing import TYPE_CHECKING
+
+from ..lazy import exports
+
+#: Imported on first use: the runtime's device list needs only `qos.threads`, not the scheduler.
+__getattr__ = exports(__name__, {
+    **{name: ".estimate" for name in ("Calibration", "DurationStats", "calibrate", "model_cost_ns")},
+    "estimate_peak_bytes": ".memory",
+    **{name: ".scheduler" for name in ("Scheduler", "Ticket", "checkpoint", "current", "normalize_deadline")}})
+
+if TYPE_CHECKING:
+    from .estimate import Calibration, DurationStats, calibrate, model_cost_ns
+    from .memory import estimate_peak_bytes
+    from .scheduler import Scheduler, Ticket, checkpoint, current, normalize_deadline
 
 __all__ = ["Scheduler", "Ticket", "checkpoint", "current", "normalize_deadline", "Calibration", "DurationStats",
            "calibrate", "model_cost_ns", "estimate_peak_bytes"]

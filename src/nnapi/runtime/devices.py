@@ -10,6 +10,11 @@ capabilities or cache-file counts are not what the HAL says is dropped); creatio
 (`DISCOVERY_TIMEOUT_S`, all plug-ins at once); any exception of a driver call is a failure of that device
 (`guest_call`); and a dropped plug-in is logged at warning level, its reason kept (`dropped_devices`).
 
+An installed driver is not created to be listed: what it reported when last created is remembered in the
+state directory (`device_records`), and while nothing it depends on changed, `devices()` lists that
+record (`RememberedDevice`) and creates the driver at its first use; without a usable record it is
+created at once, as before, and its report remembered.
+
 A served device whose service dies is marked dead (its calls fail with DEVICE_UNAVAILABLE). The
 default device list then leaves it out and always keeps an in-process reference driver, so the
 next compilation runs there; naming the dead device explicitly (`find_device`) is the error
@@ -18,19 +23,22 @@ keeps its state directory, so caches written before the crash are hits).
 """
 from __future__ import annotations
 
-import concurrent.futures
 import contextvars
 import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..hal import (Capabilities, DeviceInfo, DeviceType, ErrorStatus, IDevice, MAX_NUMBER_OF_CACHE_FILES, NnError,
                    ResultCode)
-from ..installed import entry_points
+from ..installed import EntryPoint, entry_points
 from ..qos import threads
+from . import device_records
+
+if TYPE_CHECKING:
+    import concurrent.futures
 
 log = logging.getLogger("nnapi.runtime")
 #: How long the installed drivers, all created at once, may take to be created and to answer what they
@@ -45,16 +53,11 @@ IN_PROCESS, SERVICE = "in-process", "service"
 
 
 @dataclass(eq=False)
-class Device:
-    """One available device: its driver interface plus what it reported once at discovery, and where
-    the driver lives (in this process, or a service: its pid and socket)."""
+class Device(device_records.Report):
+    """One available device: what its driver reported once at discovery (`Report`: name, version, type,
+    feature level, capabilities, cache-file counts), its driver interface, and where the driver lives
+    (in this process, or a service: its pid and socket)."""
 
-    name: str
-    version: str
-    type: DeviceType
-    feature_level: int
-    capabilities: Capabilities
-    cache_files: tuple[int, int]
     driver: IDevice
     location: str = IN_PROCESS
     pid: int | None = None
@@ -85,6 +88,48 @@ class Device:
     def __repr__(self) -> str:
         where = "" if self.location == IN_PROCESS else f", {self.where}"
         return f"Device(name={self.name!r}, version={self.version!r}, type={self.type.name}{where})"
+
+
+class RememberedDevice(Device):
+    """An installed driver's device as its record describes it (`device_records`): listing it created
+    nothing. Its driver is created at the first use of `driver` (bounded as any creation); what the
+    driver then reports replaces the record's fields where they differ, and a driver that can no longer
+    be created is GENERAL_FAILURE naming it."""
+
+    def __init__(self, report: device_records.Report, entry: EntryPoint) -> None:
+        self._driver: IDevice | None = None
+        self.entry = entry
+        #: Why its driver could not be created (then every use of `driver` fails), or None.
+        self.failure: str | None = None
+        super().__init__(report.name, report.version, report.type, report.feature_level, report.capabilities,
+                         report.cache_files, None)  # type: ignore[arg-type]  (the driver comes later)
+
+    @property  # type: ignore[override]
+    def driver(self) -> IDevice:
+        """The driver, created on first use."""
+        return self._driver if self._driver is not None else _materialise(self)
+
+    @driver.setter
+    def driver(self, value: IDevice | None) -> None:
+        if value is not None:
+            self._driver = value
+
+    @property
+    def created(self) -> bool:
+        """Whether its driver exists in this process yet."""
+        return self._driver is not None
+
+    def adopt(self, made: Device) -> bool:
+        """Take the created driver and what it reports (`_make` checked it): whether that differs from
+        the record."""
+        differs = self.reported() != made.reported()
+        if differs:
+            log.info("device %s: its driver reports other figures than its record said (%s): the record is "
+                     "rewritten", self.name, made.version)
+        for f in fields(device_records.Report):
+            setattr(self, f.name, getattr(made, f.name))
+        self._driver = made.driver
+        return differs
 
 
 _lock = threading.RLock()
@@ -157,6 +202,7 @@ def bounded(fn: Callable[[], Any], timeout: float, name: str) -> concurrent.futu
     """Run `fn` (a driver's code) on a thread of its own, in the caller's context; the future is
     waited for with a bound, and a call that never returns costs only its thread (the process's exit
     waits for it no longer than `timeout` either: `qos.threads`)."""
+    import concurrent.futures
     future: concurrent.futures.Future = concurrent.futures.Future()
     context = contextvars.copy_context()
 
@@ -173,6 +219,7 @@ def bounded(fn: Callable[[], Any], timeout: float, name: str) -> concurrent.futu
 _entry_points: list | None = None       # the `nnapi.drivers` entry points, read once per process
 _creating: dict[str, tuple[concurrent.futures.Future, float]] = {}  # entry point -> its creation, waited for until
 _dropped: dict[str, str] = {}            # entry point -> why it is not a device
+_stamps: dict[str, str] = {}             # entry point -> the stamp its record must carry (`device_records.stamps`)
 
 
 def _creation_bound(ep) -> float:
@@ -190,44 +237,108 @@ def dropped_devices() -> dict[str, str]:
 
 
 def _in_process(skip: set[str], wait: bool = True, only: str | None = None) -> list[Device]:
-    """The installed drivers, created on first need (all at once, each within its bound), except those
-    named in `skip` (served ones); without `wait`, those created so far (the rest go on being created).
-    With `only`, only the entry point of that name is created (a device the app names: the other drivers
-    and their backends are not touched)."""
+    """The installed drivers' devices, except those named in `skip` (served ones): each remembered one
+    from its record (`RememberedDevice`), the others created on first need (all at once, each within its
+    bound); without `wait`, those created so far (the rest go on being created). With `only`, only the
+    entry point of that name is looked at (a device the app names: the other drivers and their backends
+    are not touched)."""
     global _entry_points
     if _entry_points is None:
         _entry_points = sorted(entry_points("nnapi.drivers"), key=lambda e: e.name)
-    for ep in _entry_points:
-        if only is not None and ep.name != only:
-            continue
-        if ep.name not in skip and ep.name not in _local and ep.name not in _creating:
-            bound = _creation_bound(ep)
-            _creating[ep.name] = (bounded(lambda ep=ep: _create(ep), bound, f"nnapi-create-{ep.name}"),
-                                  time.monotonic() + bound)
-    for future, until in list(_creating.values()) if wait else ():  # (each waited for once, up to its bound)
-        concurrent.futures.wait([future], timeout=max(0.0, until - time.monotonic()))
-    for name, (future, until) in list(_creating.items()):
-        if not future.done():
-            if name not in _dropped and time.monotonic() >= until:
-                bound = _creation_bound(next(ep for ep in _entry_points if ep.name == name))
-                log.warning("driver %s: create_device has not answered within %g s: left out until it does",
-                            name, bound)
-                _dropped[name] = f"create_device has not answered within {bound:g} s"
-            continue
-        del _creating[name]
-        _dropped.pop(name, None)
-        try:
-            _local[name] = future.result()
-        except Exception as e:  # a broken plugin must not take the runtime down
-            _local[name] = None
-            _dropped[name] = str(e)
-            log.warning("driver %s left out: %s", name, e)
+    wanted = [ep for ep in _entry_points if (only is None or ep.name == only) and ep.name not in skip
+              and ep.name not in _local and ep.name not in _creating]
+    _recall(wanted)
+    for ep in wanted:
+        if ep.name not in _local:
+            _start_creating(ep)
+    if wait and _creating:
+        import concurrent.futures
+        for future, until in list(_creating.values()):  # (each waited for once, up to its bound)
+            concurrent.futures.wait([future], timeout=max(0.0, until - time.monotonic()))
+    _collect()
     found = []
     for ep in _entry_points:
         dev = _local.get(ep.name)
         if ep.name not in skip and dev is not None and dev.name not in skip:
             found.append(dev)
     return found
+
+
+def _recall(wanted: list[EntryPoint]) -> None:
+    """Describe each of `wanted` whose record is current by that record (no driver is created)."""
+    unstamped = [ep for ep in wanted if ep.name not in _stamps]
+    if unstamped:
+        _stamps.update(device_records.stamps(unstamped))
+    for ep in wanted:
+        stamp = _stamps.get(ep.name)
+        report = device_records.recall(ep, stamp) if stamp is not None else None
+        if report is not None:
+            _local[ep.name] = RememberedDevice(report, ep)
+
+
+def _start_creating(ep: EntryPoint) -> tuple[concurrent.futures.Future, float]:
+    """Begin creating `ep`'s driver on a thread of its own, unless that is under way (under `_lock`)."""
+    if ep.name not in _creating:
+        bound = _creation_bound(ep)
+        _creating[ep.name] = (bounded(lambda ep=ep: _create(ep), bound, f"nnapi-create-{ep.name}"),
+                              time.monotonic() + bound)
+    return _creating[ep.name]
+
+
+def _collect() -> None:
+    """Take every finished creation (under `_lock`): a remembered device adopts its driver, a new one
+    joins `_local`, and the report is remembered where the record lacked it; a failed one is left out
+    (and its record dropped); one past its bound is logged and left out until it answers."""
+    for name, (future, until) in list(_creating.items()):
+        ep = next(ep for ep in _entry_points or () if ep.name == name)
+        if not future.done():
+            if name not in _dropped and time.monotonic() >= until:
+                bound = _creation_bound(ep)
+                log.warning("driver %s: create_device has not answered within %g s: left out until it does",
+                            name, bound)
+                _dropped[name] = f"create_device has not answered within {bound:g} s"
+            continue
+        del _creating[name]
+        _dropped.pop(name, None)
+        held = _local.get(name)
+        try:
+            made = future.result()
+        except Exception as e:  # a broken plugin must not take the runtime down
+            _local[name] = None
+            _dropped[name] = str(e)
+            if isinstance(held, RememberedDevice):
+                held.failure = str(e)
+            device_records.forget(name)
+            log.warning("driver %s left out: %s", name, e)
+            continue
+        if isinstance(held, RememberedDevice):
+            changed = held.adopt(made)
+        else:
+            _local[name], changed = made, True
+        stamp = _stamps.get(name)
+        if changed and stamp is not None:
+            device_records.remember(ep, stamp, made)
+
+
+def _materialise(device: RememberedDevice) -> IDevice:
+    """Create the driver of a remembered device (or wait for its creation under way), within its bound."""
+    import concurrent.futures
+    name = device.entry.name
+    with _lock:
+        if device.created:
+            return device.driver
+        if device.failure is None:
+            future, until = _start_creating(device.entry)
+        else:
+            future = None
+    if future is not None:
+        concurrent.futures.wait([future], timeout=max(0.0, until - time.monotonic()))
+        with _lock:
+            _collect()
+    if device.created:
+        return device.driver
+    why = device.failure or _dropped.get(name) or "its creation has not ended"
+    raise NnError(ErrorStatus.GENERAL_FAILURE, f"device {device.name}: its driver could not be created: {why}")
 
 
 def _connect(path: str) -> Device | None:
@@ -346,6 +457,7 @@ def find_device(name: str) -> Device:
     with _lock:
         creating = _creating.get(name)
     if creating is not None:  # named, so worth waiting for
+        import concurrent.futures
         concurrent.futures.wait([creating[0]], timeout=max(NAMED_TIMEOUT_S, creating[1] - time.monotonic()))
         found = _devices(wait=False, only=name)
         for d in found:
@@ -365,7 +477,7 @@ def _forget_services_in_child() -> None:
     """A forked child connects to services itself (with its own credentials)."""
     global _lock
     _lock = threading.RLock()
-    _creating.clear()  # (their threads are not in the child)
+    _creating.clear()  # (their threads are not in the child: a remembered device creates its driver again)
     _served.clear()
     _unanswered.clear()
     _dead.clear()

@@ -284,3 +284,11 @@ class Model:
 def _subgraph_location(values: bytearray, subgraph_index: int) -> DataLocation:
     """SUBGRAPH operands name their referenced subgraph in `location.offset` (as in HAL 1.3)."""
     return DataLocation(0, subgraph_index, 0)
+
+
+def model_token(model: Model) -> bytes:
+    """A 32-byte cache token derived from a finished model's content, for apps that have none."""
+    import hashlib
+
+    from .cache_files import content_fingerprint
+    return hashlib.sha256(b"nnapi-model-token" + content_fingerprint(model.to_hal())).digest()

@@ -11,11 +11,10 @@
 from ..lazy import exports
 
 from .discovery import ENV, default_socket, service_dir, sockets
-from .peer import Credentials, peer_credentials
 
 #: Imported on first use (PEP 562): the client, the codec and the wire are not needed to find out that
 #: there is no service directory, which is what `nnapi.devices()` asks first.
-_LAZY = {"Connection": "client", "ServiceBuffer": "client", "ServiceBurst": "client", "ServiceDevice": "client",
+_LAZY = {"Credentials": "peer", "peer_credentials": "peer", "Connection": "client", "ServiceBuffer": "client", "ServiceBurst": "client", "ServiceDevice": "client",
          "ServicePreparedModel": "client", "connect": "client", "PROTOCOL_VERSION": "codec"}
 
 

@@ -11,12 +11,14 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import socket
 import stat
 import time
+from typing import TYPE_CHECKING
 
 from ..hal import ErrorStatus, NnError
-from .peer import peer_credentials
+
+if TYPE_CHECKING:  # (the socket module is imported where a socket is made: finding none needs none)
+    import socket
 
 log = logging.getLogger("nnapi.service")
 
@@ -122,6 +124,9 @@ def connect_trusted(path: str, timeout: float) -> socket.socket:
     if reason is not None:
         warn_untrusted(path, reason)
         raise unavailable(f"not connecting to the service socket {path}: {reason}")
+    import socket
+
+    from .peer import peer_credentials
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     deadline = time.monotonic() + timeout
     try:
@@ -149,6 +154,7 @@ def connect_trusted(path: str, timeout: float) -> socket.socket:
 
 def bind(path: str) -> socket.socket:
     """Listen on `path`, replacing a stale socket a dead service left (never a live one, never a file)."""
+    import socket
     os.makedirs(os.path.dirname(path), exist_ok=True)
     try:
         st = os.lstat(path)

@@ -1,11 +1,10 @@
-"""Small pieces compiling drivers share: a source fingerprint, the CPU's features and package releases
-for their version string, a bounded
+"""Small pieces compiling drivers share: a source fingerprint, the CPU's features (`nnapi.host`) and
+package releases for their version string, a bounded
 LRU of loaded artifacts, a one-time loader of self-registering rule modules, and the persistent
 memo of what a driver claimed for a model."""
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib
 import importlib.util
 import json
@@ -21,6 +20,7 @@ from typing import Generic, Hashable, TypeVar
 import xxhash
 
 from ... import installed
+from ...host import cpu_features, cpu_flags  # (the CPU is the host's fact: drivers reach it here)
 from ...caching import state_dir
 from ...caching._sqlite import ThreadConnections
 
@@ -120,35 +120,6 @@ def _source_folder(folder: str) -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise LookupError(f"VERSION_SOURCES: {folder!r} is neither a folder of nnapi nor an importable package")
     return Path(list(spec.submodule_search_locations)[0])
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_flags() -> frozenset[str]:
-    """This CPU's instruction-set flags (/proc/cpuinfo; empty where it cannot be read): what a driver
-    asks before choosing kernels whose results depend on them."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
-@functools.lru_cache(maxsize=1)
-def cpu_features() -> str:
-    """8 hex digits of this CPU's model and instruction-set flags (code compiled for the host depends on
-    them: a driver with CPU_SPECIFIC has them in its version)."""
-    text = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("model name", "flags")):
-                text += line + "\n"
-                if line.startswith("flags"):
-                    break
-    except OSError:
-        pass
-    return hashlib.sha256(text.encode()).hexdigest()[:8]
 
 
 @functools.lru_cache(maxsize=16)
