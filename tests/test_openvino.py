@@ -3,6 +3,7 @@ against the reference driver, execution (shared memory in place, async, deadline
 inference request), preferences, and the exported-model cache."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -17,6 +18,8 @@ from nnapi.drivers.openvino import analysis, cache, graph
 from nnapi.drivers.openvino.device import OpenVinoDevice
 from nnapi.drivers.openvino.lowering import LOWERINGS
 from nnapi.validation import ConstantReader
+
+from conftest import SHARED
 
 RNG = np.random.default_rng(1234)
 
@@ -468,18 +471,46 @@ def test_driver_version_names_openvino_cpu_and_code(device):
 
 
 def test_openvino_telemetry_stays_off():
-    """`import openvino` would send an "import" telemetry event; the driver imports it declined, and
-    the process environment is left as it was."""
+    """The driver imports OpenVINO without its conversion tool, so the tool's telemetry is never imported;
+    an app that then asks for `openvino.convert_model` gets the real function, its telemetry declined,
+    and the process environment is left as it was."""
     code = ("import os, sys, numpy as np, nnapi; from nnapi import OperandType as T, OperationType as Op\n"
             "m = nnapi.Model(); a = m.add_operand(T.TENSOR_FLOAT32, (2,)); o = m.add_operand(T.TENSOR_FLOAT32, (2,))\n"
             "m.add_operation(Op.RELU, [a], [o]); m.identify_inputs_and_outputs([a], [o]); m.finish()\n"
             "print(nnapi.Compilation(m, devices=['openvino']).finish().execute([np.ones(2, np.float32)])[0].sum())\n"
-            "import openvino_telemetry\n"
-            "print(openvino_telemetry.Telemetry().consent, os.environ.get('CI'))")
+            "print('openvino' in sys.modules, 'openvino_telemetry' in sys.modules, 'openvino.tools.ovc' in sys.modules)\n"
+            "import openvino\n"
+            "convert = openvino.convert_model\n"
+            "import openvino.tools.ovc, openvino_telemetry\n"
+            "print(convert is openvino.tools.ovc.convert_model, openvino_telemetry.Telemetry().consent,"
+            " os.environ.get('CI'))\n"
+            "try:\n    openvino.no_such_name\nexcept AttributeError as e:\n    print('AttributeError', e)\n")
     env = {k: v for k, v in __import__("os").environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=env).stdout.split("\n")
-    assert out[0] == "2.0" and out[1] == "False None"
+    assert out[0] == "2.0"
+    assert out[1] == "True False False"
+    assert out[2] == "True False None"
+    assert out[3].startswith("AttributeError") and "no_such_name" in out[3]
+
+
+def test_convert_model_still_converts_after_the_driver_imported_openvino():
+    """`openvino.convert_model`, left for first use by the driver, converts a `.tflite` file for an app
+    that uses OpenVINO beside nnapi, to what it converts to in a process without nnapi."""
+    model = os.path.join(SHARED, "models", "keras", "resnet_mini_f32.tflite")
+    convert = ("import openvino as ov\n"
+               f"converted = ov.convert_model({model!r})\n"
+               "out = ov.Core().compile_model(converted, 'CPU')([x])[0]\n"
+               "print(type(converted).__name__, out.shape, out.tobytes().hex())\n")
+    feed = "import numpy as np\nx = np.random.default_rng(0).random((1, 128, 128, 3)).astype(np.float32)\n"
+    beside = ("import sys, nnapi\n"
+              f"session = nnapi.load({model!r}, devices=['openvino'])\n"
+              "session.run({session.inputs[0].name: x})\n"
+              "assert 'openvino.tools.ovc' not in sys.modules\n")
+    alone = subprocess.run([sys.executable, "-c", feed + convert], capture_output=True, text=True, check=True)
+    after = subprocess.run([sys.executable, "-c", feed + beside + convert], capture_output=True, text=True,
+                           check=True)
+    assert alone.stdout.startswith("Model (1, 100) ") and after.stdout == alone.stdout
 
 
 def test_plain_rounding_fallback_matches_reference():

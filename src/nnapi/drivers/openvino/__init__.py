@@ -6,9 +6,11 @@ the device is created or listed (`nnapi.devices()` stays cheap: the version come
 metadata, the capabilities from the state directory). Every module of the driver that uses OpenVINO
 takes it from `backend`, which imports it.
 
-OpenVINO's telemetry stays off: `import openvino` loads its conversion tools, which send an "import"
-event unless the process runs in CI. `backend` imports it with CI=true for the duration of that import
-only (`base.import_with_env`), so the telemetry singleton is created declined and nothing is ever sent;
+OpenVINO's telemetry stays off: `import openvino` loads its model conversion tool, whose telemetry
+sends an "import" event unless the process runs in CI. `backend` imports OpenVINO without that tool
+(the driver builds its graphs itself), so the telemetry is not even imported; an app's first use of
+`openvino.convert_model` imports the tool then, with CI=true for that import only
+(`base.import_with_env`), so its telemetry singleton is created declined and nothing is ever sent;
 no user file is touched.
 """
 
