@@ -31,7 +31,8 @@ from .tensors import CHECK_PREFIX, check_outputs
 from .unroll import unroll_loops
 from ..base.lowering import LoweringTable, with_dims
 from .lowering import (B8, F16, F32, I32, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value,
-                       as_value, collecting_checks, dequantize_input, dequantized_array, fake_quantize, i64)
+                       as_value, collecting_checks, dequantize_input, dequantized_array, fake_quantize, i64,
+                       sharing_constants)
 
 #: Element type of each NNAPI tensor type at the model's boundary.
 IO_TYPES: dict[T, ov.Type] = {
@@ -155,7 +156,8 @@ class Scope:
             if operand.lifetime != L.NO_VALUE and T(operand.type).is_tensor and (not d or 0 in d):
                 raise Unsupported(f"referenced subgraph {index}: operand {i} has an unknown shape")
         checks: list = []  # a body's run-time checks: the IF / WHILE rule carries them out
-        with contextlib.nullcontext() if inline else collecting_checks(checks):
+        with contextlib.nullcontext() if inline else collecting_checks(checks), \
+                contextlib.nullcontext() if inline else sharing_constants():  # (a body: a graph of its own)
             lowered = lower_graph(model, sub, dims, self.reader, values, inner)
         outputs = []
         for i in sub.output_indexes:
@@ -289,7 +291,8 @@ def build(model: Model, dims: list[tuple[int, ...]] | None = None, name: str = "
         model, dims = unrolled, None
     token = ROUNDING.set(rounding)
     try:
-        return _build(model, dims, name)
+        with sharing_constants():
+            return _build(model, dims, name)
     finally:
         ROUNDING.reset(token)
 
