@@ -642,20 +642,27 @@ def test_running_low_priority_inference_is_stopped_for_high_priority_work_and_re
     np.testing.assert_array_equal(low_out, uninterrupted)
 
 
-def _counted_loop(trips: int, start_input: bool = False) -> nnapi.Model:
-    """i = 0 (constant, or input 1); acc = x; while i < trips: acc = acc * w + x; i += 1; return acc, i."""
+def _counted_loop(trips: int, start_input: bool = False, w: np.ndarray | None = None,
+                  scaled_first: bool = False) -> nnapi.Model:
+    """i = 0 (constant, or input 1); acc = x (with `scaled_first`: x * w, the main graph's own copy of w);
+    while i < trips: acc = acc * w + x; i += 1; return acc, i. `w`: 4 floats unless given."""
+    w_value = np.array([0.5, -1, 1.5, 0.25], np.float32) if w is None else np.asarray(w, np.float32)
+    width = w_value.size
+
+    def operands(g: nnapi.Model) -> tuple[int, int, int]:
+        return (g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.TENSOR_FLOAT32, (1, width)),
+                g.add_operand(T.TENSOR_FLOAT32, (1, width)))
+
     def body_graph() -> nnapi.Model:
         g = nnapi.Model()
-        i, acc, x = (g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.TENSOR_FLOAT32, (1, 4)),
-                     g.add_operand(T.TENSOR_FLOAT32, (1, 4)))
+        i, acc, x = operands(g)
         act = g.add_operand(T.INT32)
         g.set_operand_value(act, 0)
         one = g.add_operand(T.TENSOR_INT32, (1,))
         g.set_operand_value(one, np.array([1], np.int32))
-        w = g.add_operand(T.TENSOR_FLOAT32, (4,))
-        g.set_operand_value(w, np.array([0.5, -1, 1.5, 0.25], np.float32))
-        i2, scaled, acc2 = (g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.TENSOR_FLOAT32, (1, 4)),
-                            g.add_operand(T.TENSOR_FLOAT32, (1, 4)))
+        w = g.add_operand(T.TENSOR_FLOAT32, (width,))
+        g.set_operand_value(w, w_value.copy())
+        i2, scaled, acc2 = operands(g)
         g.add_operation(Op.ADD, [i, one, act], [i2])
         g.add_operation(Op.MUL, [acc, w, act], [scaled])
         g.add_operation(Op.ADD, [scaled, x, act], [acc2])
@@ -665,8 +672,7 @@ def _counted_loop(trips: int, start_input: bool = False) -> nnapi.Model:
 
     def cond_graph() -> nnapi.Model:
         g = nnapi.Model()
-        i, acc, x = (g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.TENSOR_FLOAT32, (1, 4)),
-                     g.add_operand(T.TENSOR_FLOAT32, (1, 4)))
+        i, acc, x = operands(g)
         bound = g.add_operand(T.TENSOR_INT32, (1,))
         g.set_operand_value(bound, np.array([trips], np.int32))
         go = g.add_operand(T.TENSOR_BOOL8, (1,))
@@ -679,12 +685,19 @@ def _counted_loop(trips: int, start_input: bool = False) -> nnapi.Model:
     c, b = m.add_operand(T.SUBGRAPH), m.add_operand(T.SUBGRAPH)
     m.set_operand_value_from_model(c, cond_graph())
     m.set_operand_value_from_model(b, body_graph())
-    x = m.add_operand(T.TENSOR_FLOAT32, (1, 4))
+    x = m.add_operand(T.TENSOR_FLOAT32, (1, width))
+    first = x
+    if scaled_first:
+        w, act, first = (m.add_operand(T.TENSOR_FLOAT32, (width,)), m.add_operand(T.INT32),
+                         m.add_operand(T.TENSOR_FLOAT32, (1, width)))
+        m.set_operand_value(w, w_value.copy())
+        m.set_operand_value(act, 0)
+        m.add_operation(Op.MUL, [x, w, act], [first])
     i0 = m.add_operand(T.TENSOR_INT32, (1,))
     if not start_input:
         m.set_operand_value(i0, np.array([0], np.int32))
-    i_out, acc_out = m.add_operand(T.TENSOR_INT32, (1,)), m.add_operand(T.TENSOR_FLOAT32, (1, 4))
-    m.add_operation(Op.WHILE, [c, b, i0, x, x], [i_out, acc_out])
+    i_out, acc_out = m.add_operand(T.TENSOR_INT32, (1,)), m.add_operand(T.TENSOR_FLOAT32, (1, width))
+    m.add_operation(Op.WHILE, [c, b, i0, first, x], [i_out, acc_out])
     m.identify_inputs_and_outputs([x, i0] if start_input else [x], [acc_out, i_out])
     m.finish()
     return m
@@ -764,67 +777,14 @@ def test_inputs_changed_in_place_or_replaced_are_always_read_afresh(n):
     np.testing.assert_allclose(out, np.maximum(a + b, 0), rtol=1e-6, atol=1e-6)
 
 
-def _weighted_loop(trips: int | None, width: int = 1024) -> nnapi.Model:
-    """y = x * w, then a WHILE of `trips` rounds (None: the count is the model's second input) of
-    acc = acc * w + x, whose body holds its own copy of w (4 KB and more: a shared constant)."""
-    w_value = np.linspace(-1.0, 1.0, width, dtype=np.float32)
-    act_value = 0
-
-    def body_graph() -> nnapi.Model:
-        g = nnapi.Model()
-        i, acc, x = (g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.TENSOR_FLOAT32, (1, width)),
-                     g.add_operand(T.TENSOR_FLOAT32, (1, width)))
-        one, act, w = g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.INT32), g.add_operand(T.TENSOR_FLOAT32, (width,))
-        g.set_operand_value(one, np.array([1], np.int32))
-        g.set_operand_value(act, act_value)
-        g.set_operand_value(w, w_value.copy())
-        i2, scaled, acc2 = (g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.TENSOR_FLOAT32, (1, width)),
-                            g.add_operand(T.TENSOR_FLOAT32, (1, width)))
-        g.add_operation(Op.ADD, [i, one, act], [i2])
-        g.add_operation(Op.MUL, [acc, w, act], [scaled])
-        g.add_operation(Op.ADD, [scaled, x, act], [acc2])
-        g.identify_inputs_and_outputs([i, acc, x], [i2, acc2])
-        g.finish()
-        return g
-
-    def cond_graph() -> nnapi.Model:
-        g = nnapi.Model()
-        i, acc, x = (g.add_operand(T.TENSOR_INT32, (1,)), g.add_operand(T.TENSOR_FLOAT32, (1, width)),
-                     g.add_operand(T.TENSOR_FLOAT32, (1, width)))
-        bound = g.add_operand(T.TENSOR_INT32, (1,))
-        g.set_operand_value(bound, np.array([trips if trips is not None else 3], np.int32))
-        go = g.add_operand(T.TENSOR_BOOL8, (1,))
-        g.add_operation(Op.LESS, [i, bound], [go])
-        g.identify_inputs_and_outputs([i, acc, x], [go])
-        g.finish()
-        return g
-
-    m = nnapi.Model()
-    c, b = m.add_operand(T.SUBGRAPH), m.add_operand(T.SUBGRAPH)
-    m.set_operand_value_from_model(c, cond_graph())
-    m.set_operand_value_from_model(b, body_graph())
-    x, w, act = m.add_operand(T.TENSOR_FLOAT32, (1, width)), m.add_operand(T.TENSOR_FLOAT32, (width,)), m.add_operand(T.INT32)
-    m.set_operand_value(w, w_value.copy())
-    m.set_operand_value(act, act_value)
-    y = m.add_operand(T.TENSOR_FLOAT32, (1, width))
-    m.add_operation(Op.MUL, [x, w, act], [y])
-    i0 = m.add_operand(T.TENSOR_INT32, (1,))
-    if trips is not None:
-        m.set_operand_value(i0, np.array([0], np.int32))
-    i_out, acc_out = m.add_operand(T.TENSOR_INT32, (1,)), m.add_operand(T.TENSOR_FLOAT32, (1, width))
-    m.add_operation(Op.WHILE, [c, b, i0, y, x], [i_out, acc_out])
-    m.identify_inputs_and_outputs([x] if trips is not None else [x, i0], [acc_out, i_out])
-    m.finish()
-    return m
-
-
 @pytest.mark.parametrize("trips", [7, None])
 def test_equal_large_constants_are_one_node_of_each_graph(trips):
     """A weight that recurs (here in the main graph and in each of 7 unrolled copies of a loop's body) is
     one Constant of the built graph, not one per use; a loop that stays a Loop keeps its body's own
     (a body is a graph of its own). Results are the reference driver's either way."""
     from nnapi.drivers.openvino import graph
-    m = _weighted_loop(trips)
+    m = _counted_loop(7 if trips is None else trips, start_input=trips is None,
+                      w=np.linspace(-1.0, 1.0, 1024, dtype=np.float32), scaled_first=True)
     built = graph.build(m.to_hal()).model
     large = [op for op in built.get_ordered_ops()
              if op.get_type_name() == "Constant" and list(op.get_output_shape(0)) in ([1024], [1, 1024])]
