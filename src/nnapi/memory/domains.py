@@ -405,7 +405,7 @@ class RequestBuffers:
     def resolve(cls, tracker: BufferTracker, request: Request, prepared_model: object,
                 input_operands: Sequence[Operand], output_operands: Sequence[Operand]) -> "RequestBuffers":
         if all(pool.token is None for pool in request.pools):
-            return _NO_BUFFERS  # (never changed: nothing is stored for a request without driver buffers)
+            return NO_BUFFERS  # (never changed: nothing is stored for a request without driver buffers)
         self = cls()
         client = None
         for i, pool in enumerate(request.pools):
@@ -509,7 +509,8 @@ class RequestBuffers:
             buffer.set_initialized(False)
 
 
-_NO_BUFFERS = RequestBuffers()
+#: The buffers of every request without driver-managed memory (empty, never changed).
+NO_BUFFERS = RequestBuffers()
 
 
 class DriverDomain:

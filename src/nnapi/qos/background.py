@@ -109,14 +109,12 @@ class Lowered:
                 _restore(pool)
 
 
-@contextlib.contextmanager
-def native_call(priority: Priority, workers: Sequence[str] = ()) -> Iterator[Lowered | None]:
-    """Around one native call of work of `priority`: for LOW work, this thread and the threads named
-    `workers` (the library's pool) run at the lowest OS priority until no LOW native call runs. Yields
-    the call's `Lowered` hold (None when nothing was lowered)."""
+def lower(priority: Priority, workers: Sequence[str] = ()) -> Lowered | None:
+    """For a native call of LOW work about to start: this thread and the threads named `workers` (the
+    library's pool) run at the lowest OS priority until no LOW native call runs; the call's hold, which
+    it `restore`s when it ends (None: nothing was lowered, other priorities or no permission)."""
     if priority != Priority.LOW or not available():
-        yield None
-        return
+        return None
     key = tuple(workers)
     tid = threading.get_native_id()
     with _lock:
@@ -126,8 +124,15 @@ def native_call(priority: Priority, workers: Sequence[str] = ()) -> Iterator[Low
             pool = _threads_named(key)
             _lower(pool)
         _running[key] = (count + 1, pool)
-    held = Lowered(tid, key)
+    return Lowered(tid, key)
+
+
+@contextlib.contextmanager
+def native_call(priority: Priority, workers: Sequence[str] = ()) -> Iterator[Lowered | None]:
+    """Around one native call of work of `priority` (`lower`); yields its hold (None: nothing lowered)."""
+    held = lower(priority, workers)
     try:
         yield held
     finally:
-        held.restore()
+        if held is not None:
+            held.restore()

@@ -13,10 +13,10 @@ Every piece of driver work (a preparation, an execution) is a `Ticket`:
 A ticket still waiting when it can no longer finish in time (deadline minus its lower bound) gives
 up with MISSED_DEADLINE_TRANSIENT.
 
-Granting (a bounded number of `workers` slots): apps are identified by the caller's uid (Q5).
-Within an app, higher priority first and first-come first-served within a priority; between apps,
-the app that has used the least running time so far (start-time fair queuing: an app that
-becomes active starts at the least virtual time of the active apps, so idling banks no credit).
+Granting (a bounded number of `workers` slots): apps are identified by the caller's uid (Q5). Within an app,
+higher priority first and first-come first-served within a priority; between apps, the app that has used the
+least running time so far (start-time fair queuing: an app that becomes active starts at the least virtual time
+of the active apps, so idling banks no credit).
 
 Running work calls `checkpoint()` between units of work (operations in the reference interpreter,
 sub-models in a compiling driver). Work that outranks running work of its own app does not wait
@@ -27,26 +27,24 @@ for a slot: it starts at once on a slot *lent* by that work. A checkpoint
   higher-priority work runs (Q1);
 - yields after `quantum_ns` of running when another app waits and no slot is free (fair shares
   for long work).
-A yielding task keeps its whole context on its thread's stack (next operation, live operands),
-goes back to its queue with its original place and resumes from the same point when granted
-again (Q4): results are those of an uninterrupted run. `policy="fifo"` turns priorities, fairness
-and preemption off (the baseline the QoS benchmark compares with).
+A yielding task keeps its whole context on its thread's stack (next operation, live operands), goes back to its
+queue with its original place and resumes from the same point when granted again (Q4): results are those of an
+uninterrupted run. `policy="fifo"` turns priorities, fairness and preemption off (the baseline the QoS benchmark
+compares with).
 
-No priority starves (`shares`): while an app's higher-priority work runs, its waiting lower-priority
-work is owed `share` of the running time (a third by default); once owed `turn_ns` it gets a turn:
-the app's next slot ahead of its higher priorities, kept (not lent, its native call not stopped)
-until what it was owed is paid. A native call that was stopped pays nothing, so work that can only
-restart still finishes, on a turn.
+No priority starves (`shares`): while an app's higher-priority work runs, its waiting lower-priority work is
+owed `share` of the running time (a third by default); once owed `turn_ns` it gets a turn: the app's next slot
+ahead of its higher priorities, kept (not lent, its native call not stopped) until what it was owed is paid. A
+native call that was stopped pays nothing, so work that can only restart still finishes, on a turn.
 
-The host's calls (`Scheduler.foreground`): a host whose calls Python threads must read, handle and
-answer (the driver service) sets a probe `foreground(priority)` saying whether running work of that
-priority should give way now (the service: LOW work, while a call waits to be read or is being
-read, and while a synchronous execution of other work is handled). Work that should pauses at its
-checkpoints, in short sleeps that release the interpreter lock (at most `BACKGROUND_PAUSE_NS` each
-time; never under FIFO, and never once the scheduler wants the work to yield its slot). Without
-this a call's thread waited for the lock behind the Python of running work before the scheduler
-ever saw the call: the lock goes to whichever thread wins the race, and two threads of work
-handing it to each other starved a third for 10 ms and more.
+The host's calls (`Scheduler.foreground`): a host whose calls Python threads must read, handle and answer (the
+driver service) sets a probe `foreground(priority)` saying whether running work of that priority should give way
+now (the service: LOW work, while a call waits to be read or is being read, and while a synchronous execution of
+other work is handled). Work that should pauses at its checkpoints, in short sleeps that release the interpreter
+lock (at most `BACKGROUND_PAUSE_NS` each time; never under FIFO, and never once the scheduler wants the work to
+yield its slot). Without this a call's thread waited for the lock behind the Python of running work before the
+scheduler ever saw the call: the lock goes to whichever thread wins the race, and two threads of work handing it
+to each other starved a third for 10 ms and more.
 """
 from __future__ import annotations
 
@@ -120,6 +118,7 @@ class Scheduler:
         self.alone_turns = bool(handoff_ns) if alone_turns is None else alone_turns
         self.lock = threading.Lock()
         self._changed = threading.Condition(self.lock)  # a running ticket stopped (finished or paused)
+        self._handing_off = 0  # threads waiting on `_changed` (`await_handoff`)
         self._holds_changed = threading.Condition(self.lock)
         #: How long work started on a lent slot waits for the lender to pause (0: never waits; for
         #: drivers whose checkpoints are far apart, such as compiled sub-models).
@@ -144,20 +143,17 @@ class Scheduler:
         this process's); `stats` the prepared model's past runs; `lower_ns` overrides their bound."""
         uid = os.getuid() if client is None else int(getattr(client, "uid", client))  # an int or a ClientId
         key = 0 if self.fifo else uid  # FIFO: one queue for everybody, in arrival order
-        priority = Priority(priority)
+        priority = priority if type(priority) is Priority else Priority(priority)
         rank = 0 if self.fifo else int(priority)
-        deadline = normalize_deadline(deadline)
+        deadline = None if deadline is None else normalize_deadline(deadline)
         lower = int(lower_ns if lower_ns is not None else (stats.lower_ns() if stats is not None else 0))
         now = self.clock()
-        if deadline is not None and now >= deadline:
+        if deadline is not None and (now >= deadline or now + lower > deadline):
             self._count("refused_persistent")
             raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT,
-                          f"{label}: the deadline had passed {format_ms(now - deadline)} before the call")
-        if deadline is not None and now + lower > deadline:
-            self._count("refused_persistent")
-            raise NnError(ErrorStatus.MISSED_DEADLINE_PERSISTENT,
-                          f"{label}: needs at least {format_ms(lower)} even on an idle device, only "
-                          f"{format_ms(deadline - now)} left before the deadline")
+                          f"{label}: the deadline had passed {format_ms(now - deadline)} before the call"
+                          if now >= deadline else f"{label}: needs at least {format_ms(lower)} even on an idle "
+                          f"device, only {format_ms(deadline - now)} left before the deadline")
         with self.lock:
             if self._queued >= self.capacity:
                 self.counters["exhausted"] += 1
@@ -385,7 +381,8 @@ class Scheduler:
 
     def _stop(self, ticket: Ticket, now: int) -> None:
         """End the ticket's running segment: charge its time, free its slot (the lock is held)."""
-        self._changed.notify_all()
+        if self._handing_off:
+            self._changed.notify_all()
         self._account(ticket.app, now)
         spent = now - ticket.segment_start
         ticket.run_ns += spent
@@ -456,13 +453,17 @@ class Scheduler:
             return
         limit = time.monotonic() + self.handoff_ns / 1e9
         with self._changed:
-            while (lender.state == RUNNING and lender.lent) or (
-                    lender.app is ticket.app and any(t.rank < ticket.rank for t in ticket.app.running)) or (
-                    ticket.owed and any(t.yield_at == 0 and t.app is not ticket.app for t in self._running)):
-                left = limit - time.monotonic()
-                if left <= 0:
-                    return
-                self._changed.wait(left)
+            self._handing_off += 1
+            try:
+                while (lender.state == RUNNING and lender.lent) or (
+                        lender.app is ticket.app and any(t.rank < ticket.rank for t in ticket.app.running)) or (
+                        ticket.owed and any(t.yield_at == 0 and t.app is not ticket.app for t in self._running)):
+                    left = limit - time.monotonic()
+                    if left <= 0:
+                        return
+                    self._changed.wait(left)
+            finally:
+                self._handing_off -= 1
 
     # --- called by tickets ------------------------------------------------------------------------
     def wait_for_grant(self, ticket: Ticket) -> None:

@@ -6,15 +6,15 @@ The scheduler owns and changes that state, under its `lock`.
 """
 from __future__ import annotations
 
-import contextlib
 import heapq
+import sys
 import threading
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from .. import tracing as trace
 from ..hal import ErrorStatus, NnError, Priority
 from ..hal.constants import NO_DEADLINE
-from .background import Lowered, native_call
+from .background import Lowered, lower
 from .estimate import DurationStats
 from .shares import Levels
 
@@ -170,6 +170,12 @@ class Ticket:
     """One admitted piece of work. Run it once with `run(fn)`; `fn` calls `checkpoint()` (or the
     module-level `qos.checkpoint()`) between its units of work."""
 
+    __slots__ = ("scheduler", "app", "uid", "priority", "rank", "deadline", "stats", "lower_ns", "label", "seq",
+                 "state", "submitted_ns", "run_ns", "wait_ns", "preemptions", "preempted_at", "segment_start",
+                 "queued_since", "yield_at", "lent", "handoff", "borrowed", "owed", "preempt", "native_since",
+                 "native_useful", "pausing", "in_native", "lowered", "enqueues", "turns", "grant", "ran",
+                 "__weakref__")
+
     def __init__(self, scheduler: "Scheduler", app: AppQueue, uid: int, priority: Priority, rank: int,
                  deadline: int | None, stats: DurationStats | None, lower_ns: int, label: str, seq: int, now: int) -> None:
         self.scheduler = scheduler
@@ -221,13 +227,14 @@ class Ticket:
         previous = getattr(_local, "ticket", None)
         outcome = "error"
         try:
-            if not self.grant.is_set() and trace.active():
-                queued = trace.now_us()
-                scheduler.wait_for_grant(self)
-                trace.complete("queued", "qos", queued, trace.now_us(), device=scheduler.name, app=self.uid,
-                               label=self.label, priority=self.priority.name)
-            else:
-                scheduler.wait_for_grant(self)
+            if not self.grant.granted:  # (most work is granted at submission)
+                if trace.active():
+                    queued = trace.now_us()
+                    scheduler.wait_for_grant(self)
+                    trace.complete("queued", "qos", queued, trace.now_us(), device=scheduler.name, app=self.uid,
+                                   label=self.label, priority=self.priority.name)
+                else:
+                    scheduler.wait_for_grant(self)
             if self.handoff is not None:
                 scheduler.await_handoff(self)
             _local.ticket = self
@@ -271,42 +278,23 @@ class Ticket:
         """Whether it holds its app's turn (`shares`): its app's higher-priority work waits for it."""
         return self.app.levels.turn is self
 
-    @contextlib.contextmanager
-    def preemptible(self, stop: Callable[[], None]) -> Iterator[None]:
+    def preemptible(self, stop: Callable[[], None]) -> "NativeSection":
         """Around one native call that reaches no checkpoint: when the scheduler wants this work to
         yield, `stop()` is called (from another thread) to end the call early; the caller then reaches
         `checkpoint()`, pauses, and runs the call again from scratch when granted again (Q4: executions
         are deterministic, so a restart gives the same result). The call's time counts as progress of
         its level (`shares`) only if it completes: a stopped call was wasted."""
-        scheduler = self.scheduler
-        with scheduler.lock:
-            self.preempt = stop
-            scheduler.native_began(self)
-            flagged = self.yield_at == 0
-        completed = False
-        try:
-            if flagged:
-                stop()
-            yield
-            completed = True
-        finally:
-            with scheduler.lock:
-                self.preempt = None
-                scheduler.native_ended(self, completed)
+        return NativeSection(self, stop, None)
 
-    @contextlib.contextmanager
-    def native(self, workers: Sequence[str] = ()) -> Iterator[None]:
+    def native(self, workers: Sequence[str] = ()) -> "NativeSection":
         """Around one native call: LOW work runs it at the OS's lowest priority with the library's
         threads named `workers` (`background`), except on its turn, which it must not spend waiting
         (a turn given during the call gives the priorities back: `AppQueue.due_turn`)."""
-        with native_call(Priority.MEDIUM if self.on_turn else self.priority, workers) as lowered:
-            with self.scheduler.lock:
-                self.in_native, self.lowered = True, lowered
-            try:
-                yield
-            finally:
-                with self.scheduler.lock:
-                    self.in_native, self.lowered = False, None
+        return NativeSection(self, None, workers)
+
+    def native_section(self, stop: Callable[[], None] | None, workers: Sequence[str] = ()) -> "NativeSection":
+        """`preemptible(stop)` (unless `stop` is None) and `native(workers)` around one call, in one step."""
+        return NativeSection(self, stop, workers)
 
     @property
     def yield_requested(self) -> bool:
@@ -320,3 +308,52 @@ class Ticket:
             self.scheduler.finish(self, "cancelled")
 
 
+class NativeSection:
+    """A ticket's native call (`Ticket.preemptible`, `Ticket.native`, or both): a context manager that
+    registers it with the scheduler in one step under its lock and ends it in one (an execution's path
+    pays it once per call, so it is a plain class, not a generator). Entering gives the call's
+    `background.Lowered` hold, or None."""
+
+    __slots__ = ("ticket", "stop", "workers", "lowered")
+
+    def __init__(self, ticket: Ticket, stop: Callable[[], None] | None, workers: Sequence[str] | None) -> None:
+        self.ticket, self.stop, self.workers = ticket, stop, workers
+        self.lowered: Lowered | None = None
+
+    def __enter__(self) -> Lowered | None:
+        ticket, stop = self.ticket, self.stop
+        scheduler = ticket.scheduler
+        native = self.workers is not None
+        lowered = lower(Priority.MEDIUM if ticket.on_turn else ticket.priority, self.workers) if native else None
+        flagged = False
+        with scheduler.lock:
+            if stop is not None:
+                ticket.preempt = stop
+                scheduler.native_began(ticket)
+                flagged = ticket.yield_at == 0
+            if native:
+                ticket.in_native, ticket.lowered = True, lowered
+        self.lowered = lowered
+        if flagged:
+            try:
+                stop()
+            except BaseException:
+                self.__exit__(*sys.exc_info())
+                raise
+        return lowered
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        ticket = self.ticket
+        scheduler = ticket.scheduler
+        try:
+            with scheduler.lock:
+                if self.workers is not None:
+                    ticket.in_native, ticket.lowered = False, None
+                if self.stop is not None:
+                    ticket.preempt = None
+                    scheduler.native_ended(ticket, exc_type is None)
+        finally:
+            lowered, self.lowered = self.lowered, None
+            if lowered is not None:
+                lowered.restore()
+        return False

@@ -97,6 +97,10 @@ class Binding:
         #: The inputs' arrays of a binding kept for a reusable execution (`again`): views of the same
         #: memory, so each computation reads what is there then. None: a binding of one execution.
         self._kept_inputs: dict[int, np.ndarray | None] | None = None
+        #: A kept binding's output views by (output, shape), and its outputs' sufficiency for the static
+        #: shapes last checked (its request and pools never change).
+        self._kept_views: dict[tuple, np.ndarray | None] = {}
+        self._kept_static: tuple[list[tuple[int, ...]], list[OutputShape]] | None = None
 
     def again(self, buffers: RequestBuffers, deadline: int | None) -> "Binding":
         """This binding for the next computation of a reusable execution (its request and mapped pools are
@@ -167,15 +171,25 @@ class Binding:
         saves the copy back."""
         if k in self.buffers.outputs:
             return None
+        if self._kept_inputs is None:
+            return self._output_view(k, tuple(shape))
+        key = (k, tuple(shape))
+        try:
+            return self._kept_views[key]
+        except KeyError:
+            view = self._kept_views[key] = self._output_view(k, key[1])
+            return view
+
+    def _output_view(self, k: int, shape: tuple[int, ...]) -> np.ndarray | None:
         arg = self.request.outputs[k]
         pool = self.pools[arg.location.pool_index]
         if not pool.writable or isinstance(pool, MappedImage):
             return None
         operand = self._outputs[k]
-        need = operand.byte_size(tuple(shape))
+        need = operand.byte_size(shape)
         if need > region_length(pool, arg.location.length):
             return None
-        return pool.array(arg.location.offset, need, numpy_dtype(operand.type), tuple(shape))
+        return pool.array(arg.location.offset, need, numpy_dtype(operand.type), shape)
 
     def check_allocation(self, shape: Sequence[int], dtype: np.dtype, what: str) -> None:
         """RESOURCE_EXHAUSTED_PERSISTENT before allocating a tensor larger than the driver's limit."""
@@ -217,7 +231,14 @@ class Binding:
     # --- after the run (the base) ----------------------------------------------------------------
     def check_static_outputs(self, shapes: Sequence[Sequence[int]]) -> None:
         """OUTPUT_INSUFFICIENT_SIZE (with every shape) before running, when the shapes are known."""
-        self._checked = self._sufficiency([tuple(s) for s in shapes])
+        shapes = [tuple(s) for s in shapes]
+        kept = self._kept_static
+        if kept is not None and kept[0] == shapes and not self.buffers.outputs:
+            self._checked = list(kept[1])  # (a kept binding's regions are those it checked)
+            return
+        self._checked = self._sufficiency(shapes)
+        if self._kept_inputs is not None and not self.buffers.outputs:
+            self._kept_static = (shapes, self._checked)
 
     def _sufficiency(self, shapes: list[tuple[int, ...]]) -> list[OutputShape]:
         result = []

@@ -51,6 +51,9 @@ class _Preempted(Exception):
 def run_native(binding: Binding, native: NativeCall) -> object:
     """Run `native` under the execution's deadline and preemption (see the module doc); the call's result
     (None for an asynchronous call)."""
+    ticket = current()
+    if ticket is None:  # outside the scheduler: nothing stops it, no priority to lower
+        return _bounded(native, binding.deadline)
     while True:
         stopped: list[bool] = []
 
@@ -59,10 +62,9 @@ def run_native(binding: Binding, native: NativeCall) -> object:
             native.cancel()
 
         try:
-            if native.cancel is None:
-                with _os_priority(binding, native.workers):
-                    return _bounded(native, binding.deadline)
-            with binding.preemptible(stop), _os_priority(binding, native.workers):
+            # Preemptible where it can be cancelled; LOW work at the OS's lowest priority, except on its
+            # turn (`qos.Ticket.native_section`).
+            with ticket.native_section(stop if native.cancel is not None else None, native.workers):
                 try:
                     return _bounded(native, binding.deadline)
                 except Exception as e:
@@ -72,12 +74,6 @@ def run_native(binding: Binding, native: NativeCall) -> object:
                     raise
         except _Preempted:
             binding.checkpoint(f"{native.what} stopped for higher-priority work")  # pause, then again
-
-
-def _os_priority(binding: Binding, workers: Sequence[str]):
-    """LOW work runs native code at the OS's lowest priority, except on its turn (`qos.Ticket.native`)."""
-    ticket = current()
-    return ticket.native(workers) if ticket is not None else binding.native(workers)
 
 
 def _bounded(native: NativeCall, deadline: int | None) -> object:

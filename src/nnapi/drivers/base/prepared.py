@@ -18,7 +18,7 @@ from ... import tracing as trace
 from ...hal import (ClientId, ErrorStatus, ExecutionPreference, IBurst, IExecution, IPreparedModel, MeasureTiming,
                     Model, NnError, OutputShape, Priority, Request, Timing, check_burst_tokens)
 from ...memory import MappedPool, map_pool, map_pool_kept
-from ...memory.domains import DriverDomain, current_client
+from ...memory.domains import NO_BUFFERS, DriverDomain, current_client
 from ...qos import DurationStats, Scheduler, Ticket, normalize_deadline, threads
 from ...qos.fences import FencedCallback, wait_fences
 from ...validation import RequestChecker
@@ -126,7 +126,10 @@ class DriverPreparedModel(IPreparedModel):
                  ) -> list[OutputShape]:
         """Map the request, run the driver's `run` and write the outputs back (on a scheduler slot); for a
         reusable execution (`reuse`), its binding of the last computation again."""
-        buffers = (self.domain or _orphan_domain(self)).resolve(request, self)  # tokens, roles, initialized
+        if reuse is not None and reuse.token_free:
+            buffers = NO_BUFFERS  # (a reusable execution's request names no driver-managed memory)
+        else:
+            buffers = (self.domain or _orphan_domain(self)).resolve(request, self)  # tokens, roles, initialized
         try:
             if pools is None:  # (an app's memory that comes again is mapped once: `map_pool_kept`)
                 pools = [None if p.token is not None else map_pool_kept(p) for p in request.pools]
@@ -310,6 +313,8 @@ class DriverExecution(IExecution):
         self.prepared, self.request, self.measure = prepared, request, MeasureTiming(measure)
         self.loop_timeout_ns, self.client = loop_timeout_ns, client
         self._pools = [None if p.token is not None else map_pool_kept(p) for p in request.pools]
+        #: Its request names no driver-managed memory: no buffers to resolve at each computation.
+        self.token_free = all(p.token is None for p in request.pools)
         #: The binding of the last computation (None before the first).
         self.binding: Binding | None = None
 

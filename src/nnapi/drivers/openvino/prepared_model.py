@@ -39,10 +39,14 @@ SMALL_IO_BYTES = 64 << 10
 class _Request:
     """One reusable inference request and the memory its tensors point at."""
 
-    __slots__ = ("request", "inputs", "arrays", "outputs", "owned", "own_tensors", "own_inputs", "own_outputs")
+    __slots__ = ("request", "native", "inputs", "arrays", "outputs", "owned", "own_tensors", "own_inputs",
+                 "own_outputs")
 
     def __init__(self, request: ov.InferRequest, n_inputs: int, n_outputs: int) -> None:
         self.request = request
+        #: Its inference as the driver base runs it (`base.native`), made once.
+        self.native = NativeCall(lambda: request.infer(share_outputs=True), request.start_async, request.wait_for,
+                                 request.cancel, what="openvino execution")
         #: Per input / output: (address, shape) of the memory its tensor points at, None if unset.
         self.inputs: list[tuple | None] = [None] * n_inputs
         #: Per input: the array its tensor was last set from (held, so its memory stays where it is: the
@@ -139,9 +143,9 @@ class OpenVinoPreparedModel(DriverPreparedModel):
                     view = None
             views.append(view)
         if self.has_budget:
-            self._loop_budget.run(lambda budget: self.call(r, binding, budget), binding)
+            self._loop_budget.run(lambda budget: self.call(req, binding, budget), binding)
         else:
-            self.call(r, binding)
+            self.call(req, binding)
         results = []
         for k, view in enumerate(views):
             own = req.own_outputs[k]
@@ -198,13 +202,13 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         req.arrays[k] = x
         return True
 
-    def call(self, r: ov.InferRequest, binding: Binding, budget: int | None = None) -> tuple[bool, None]:
+    def call(self, req: _Request, binding: Binding, budget: int | None = None) -> tuple[bool, None]:
         """One inference (with an iteration budget for a graph with loops), bounded and preemptible
         (`base.native`); its checks read; (whether a loop ran out of the budget, None)."""
+        r = req.request
         if budget is not None:
             r.set_input_tensor(self._n_in, ov.Tensor(np.array(budget, np.int64)))
-        run_native(binding, NativeCall(lambda: r.infer(share_outputs=True), r.start_async, r.wait_for, r.cancel,
-                                       what="openvino execution"))
+        run_native(binding, req.native)
         if self._checks is not None:  # (a failed check ends the execution, however the loops went)
             raise_failed_check(self._checks[1], r.get_output_tensor(self._checks[0]).data)
         return budget is not None and bool(r.get_output_tensor(self._n_out).data), None
