@@ -360,6 +360,39 @@ def test_a_session_gives_a_plain_runs_results_on_repeated_shapes(device):
         session.run({"input_0": a.astype(np.float64), "input_1": b})   # a known form, another dtype: checked
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_sessions_small_feeds_run_through_one_reusable_execution_of_the_driver(device, monkeypatch):
+    """Small feeds of a repeated signature are copied into arrays the session keeps, bound once to a reusable
+    execution of the driver (made once, then computed per feed); each feed still gets fresh arrays of its
+    own results. Feeds above `SMALL_FEED_BYTES` are bound to their own memory, not copied."""
+    from nnapi.runtime import feeds
+    _installed(device)
+    for n, small in ((4, True), (feeds.SMALL_FEED_BYTES // 4 + 1, False)):
+        session = nnapi.load(add_relu_model(n), devices=device)
+        prepared = session.compilation.steps[0].prepared
+        made, computed = [], []
+        real = prepared.create_reusable_execution
+
+        def create(*a, **k):
+            execution = real(*a, **k)
+            made.append(execution)
+            compute = execution.compute
+            execution.compute = lambda *ca, **ck: computed.append(1) or compute(*ca, **ck)
+            return execution
+
+        monkeypatch.setattr(prepared, "create_reusable_execution", create)
+        outs = []
+        for k in range(RUNS):
+            a, b = _feeds(n, k)
+            out = session.run([a, b])["output_0"]
+            (expected,) = _fresh(session.compilation, [a, b])
+            np.testing.assert_array_equal(out, expected)
+            outs.append(out)
+        assert len({id(o) for o in outs}) == RUNS  # fresh arrays, each still holding its own feed's results
+        np.testing.assert_array_equal(outs[0], _fresh(session.compilation, _feeds(n, 0))[0])
+        assert (len(made), len(computed)) == ((1, RUNS) if small else (0, 0))
+
+
 def test_a_session_learns_output_sizes_and_runs_a_partitioned_model_once_per_feed(split):
     """The output's size comes from the run (RESHAPE by a shape input): the first feed computes twice (once to
     learn the size), later ones of those shapes once; a feed whose output needs another shape still gets it."""
