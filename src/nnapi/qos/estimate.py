@@ -127,6 +127,7 @@ class DurationStats:
     def __init__(self, prior_ns: int = 0, window: int = 32) -> None:
         self.prior_ns = int(prior_ns)
         self._recent: deque[int] = deque(maxlen=window)
+        self._lowest: int | None = None
         self._lock = threading.Lock()
         self.runs = 0
         self.mean_ns = 0.0
@@ -135,6 +136,7 @@ class DurationStats:
         """One completed run's running time (time spent waiting or preempted excluded)."""
         with self._lock:
             self._recent.append(int(ns))
+            self._lowest = min(self._recent)
             self.runs += 1
             self.mean_ns += (ns - self.mean_ns) / min(self.runs, 16)  # a running mean that follows drift
 
@@ -142,8 +144,8 @@ class DurationStats:
         """The least a run can take: the fastest recent run, else half the cost model's bound. (A
         refusal on a wrong guess would never be corrected: a refused model never runs, so it never
         gets a history. Halving covers a calibration taken while the machine was busy.)"""
-        with self._lock:
-            return min(self._recent) if self._recent else self.prior_ns // 2
+        lowest = self._lowest  # (the fastest recent run, kept by `record`: one read, no lock)
+        return lowest if lowest is not None else self.prior_ns // 2
 
     def typical_ns(self) -> int:
         """What a run usually takes: the running mean, else the cost model."""

@@ -36,6 +36,10 @@ def client_uid(client: ClientId | int | None) -> int:
     return int(client.uid if isinstance(client, ClientId) else client)
 
 
+#: What an execution reports when it was not asked to measure (frozen: one for all).
+_NO_TIMING = Timing()
+
+
 def _us(ns: int) -> int:
     return max(0, ns) // 1000
 
@@ -161,7 +165,7 @@ class DriverPreparedModel(IPreparedModel):
                loop_timeout_ns: int | None, client: ClientId | int | None, start: int, label: str,
                pools: list[MappedPool | None] | None = None, reuse: "DriverExecution | None" = None
                ) -> tuple[list[OutputShape], Timing]:
-        ticket = self._submit(normalize_deadline(deadline), client, label)
+        ticket = self._submit(None if deadline is None else normalize_deadline(deadline), client, label)
         return self._run_ticket(ticket, request, measure, loop_timeout_ns, start, pools, reuse)
 
     def _run_ticket(self, ticket: Ticket, request: Request, measure: MeasureTiming, loop_timeout_ns: int | None,
@@ -178,7 +182,7 @@ class DriverPreparedModel(IPreparedModel):
             shapes = ticket.run(lambda: self._compute(request, ticket.deadline, loop_timeout_ns, pools, reuse))
         if measure == MeasureTiming.YES:  # on the device: running time; in the driver: from the call
             return shapes, Timing(_us(ticket.run_ns), _us(time.monotonic_ns() - start))
-        return shapes, Timing()
+        return shapes, _NO_TIMING
 
     # --- IPreparedModel --------------------------------------------------------------------------------
     def execute_synchronously(self, request: Request, measure: MeasureTiming, deadline: int | None,
