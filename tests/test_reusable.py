@@ -54,8 +54,11 @@ def split(android_partitioning, monkeypatch):
         """The devices by name, the compiling ones with the pinned ratio (a device found earlier in the
         process keeps the capabilities it was found with: the pin applies to these copies)."""
         found = {d.name: d for d in nnapi.devices()}
-        return [dataclasses.replace(found[n], capabilities=found[n].driver.calibrated_capabilities())
-                if n in ("xla", "openvino") else found[n] for n in names]
+
+        def pinned(d: nnapi.Device) -> nnapi.Device:  # (a plain Device: a remembered one does not take replace)
+            values = {f.name: getattr(d, f.name) for f in dataclasses.fields(nnapi.Device)}
+            return nnapi.Device(**{**values, "capabilities": d.driver.calibrated_capabilities()})
+        return [pinned(found[n]) if n in ("xla", "openvino") else found[n] for n in names]
     return devices
 
 

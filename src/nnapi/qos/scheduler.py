@@ -145,7 +145,7 @@ class Scheduler:
         key = 0 if self.fifo else uid  # FIFO: one queue for everybody, in arrival order
         priority = priority if type(priority) is Priority else Priority(priority)
         rank = 0 if self.fifo else int(priority)
-        deadline = None if deadline is None else normalize_deadline(deadline)
+        deadline = normalize_deadline(deadline)
         lower = int(lower_ns if lower_ns is not None else (stats.lower_ns() if stats is not None else 0))
         now = self.clock()
         if deadline is not None and (now >= deadline or now + lower > deadline):

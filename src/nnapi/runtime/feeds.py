@@ -25,13 +25,15 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import Protocol, Sequence
+from typing import Protocol, Sequence, TypeVar
 
 import numpy as np
 
 from ..hal import ErrorStatus, LOOP_TIMEOUT_DEFAULT_NS, NnError
 from .deadlines import deadline_after, timeout_ns
-from .plan import MAX_RETRIES, PREPARED, Arg, Arguments, BoundPlan, ExecutionPlan
+from .plan import MAX_RETRIES, PREPARED, Arg, Arguments, BoundPlan, ExecutionPlan, Outcome
+
+T = TypeVar("T")
 
 #: Signatures whose bindings a runner keeps (the oldest goes first).
 MAX_SIGNATURES = 8
@@ -69,12 +71,7 @@ class _Kept:
         for kept, x in zip(self.inputs, feed):
             if kept is not None:
                 np.copyto(kept, x)
-        try:
-            outcome = self.bound.run(PREPARED, None)
-        except NnError:
-            raise
-        except Exception as e:  # never let a runtime or driver bug escape as anything but NnError
-            raise NnError(ErrorStatus.GENERAL_FAILURE, f"execution failed: {type(e).__name__}: {e}") from None
+        outcome = _run(self.bound, None)
         if any(tuple(s.dimensions) != out.shape for s, out in zip(outcome.output_shapes, self.outputs)):
             return None
         return [out.copy() for out in self.outputs]
@@ -139,13 +136,11 @@ class FeedRunner:
             return None
         deadline = deadline_after(timeout_ns(timeout, "Execution.set_timeout")) if timeout else None
         try:
-            outcome = binding.bound.run(PREPARED, deadline)
+            outcome = _run(binding.bound, deadline)
         except NnError as e:
             if e.status == ErrorStatus.OUTPUT_INSUFFICIENT_SIZE and e.output_shapes:
                 return _Grew([tuple(s.dimensions) for s in e.output_shapes])
             raise
-        except Exception as e:  # never let a runtime or driver bug escape as anything but NnError
-            raise NnError(ErrorStatus.GENERAL_FAILURE, f"execution failed: {type(e).__name__}: {e}") from None
         results = []
         for buf, shape in zip(buffers, outcome.output_shapes):
             dims = tuple(shape.dimensions)
@@ -165,9 +160,7 @@ class FeedRunner:
         arrays = [x for x in inputs if x is not None]
         if len({id(x) for x in arrays}) != len(arrays):
             return None
-        ins = [Arg(omitted=True) if x is None else
-               Arg(array=x, dims=io.dims if io.dims is not None else (() if io.scalar else tuple(x.shape)),
-                   length=x.nbytes) for x, io in zip(inputs, plan.inputs)]
+        ins = _input_args(plan, inputs)
         buffers: list[tuple[tuple[int, ...], np.dtype]] = []
         outs = []
         for k, (shape, io) in enumerate(zip(shapes, plan.outputs)):
@@ -183,12 +176,7 @@ class FeedRunner:
             binding = _Binding(plan.bind(Arguments(ins, outs, False, None, LOOP_TIMEOUT_DEFAULT_NS)), buffers)
         except NnError:
             return None
-        with self._lock:
-            if len(self._bindings) >= MAX_SIGNATURES and key not in self._bindings:
-                self._bindings.pop(next(iter(self._bindings)))
-            self._bindings[key] = binding
-        return binding
-
+        return self._remember(self._bindings, key, binding)
 
     def _keep(self, plan: ExecutionPlan, key: tuple, inputs: Sequence[np.ndarray | None]) -> _Kept | None:
         """Arrays for a signature's small feeds, bound once for reuse (None, remembered, where they are not
@@ -198,20 +186,39 @@ class FeedRunner:
                for io in plan.outputs) and all(x is None or x.nbytes <= SMALL_FEED_BYTES for x in inputs):
             ins = [None if x is None else np.zeros(x.shape, io.dtype) for x, io in zip(inputs, plan.inputs)]
             outs = [np.zeros(io.dims, io.dtype) for io in plan.outputs]
-            args = [Arg(omitted=True) if x is None else
-                    Arg(array=x, dims=io.dims if io.dims is not None else (() if io.scalar else tuple(x.shape)),
-                        length=x.nbytes) for x, io in zip(ins, plan.inputs)]
+            args = Arguments(_input_args(plan, ins), [Arg(array=o, dims=io.dims, length=o.nbytes)
+                                                      for o, io in zip(outs, plan.outputs)],
+                             False, None, LOOP_TIMEOUT_DEFAULT_NS)
             try:
-                kept = _Kept(plan.bind(Arguments(args, [Arg(array=o, dims=io.dims, length=o.nbytes)
-                                                        for o, io in zip(outs, plan.outputs)],
-                                                 False, None, LOOP_TIMEOUT_DEFAULT_NS), reusable=True), ins, outs)
+                kept = _Kept(plan.bind(args, reusable=True), ins, outs)
             except NnError:
                 kept = None
+        return self._remember(self._kept, key, kept)
+
+    def _remember(self, table: dict, key: tuple, value: T) -> T:
+        """Keep `value` for signature `key` in `table` (at most MAX_SIGNATURES: the oldest goes first)."""
         with self._lock:
-            if len(self._kept) >= MAX_SIGNATURES and key not in self._kept:
-                self._kept.pop(next(iter(self._kept)))
-            self._kept[key] = kept
-        return kept
+            if len(table) >= MAX_SIGNATURES and key not in table:
+                table.pop(next(iter(table)))
+            table[key] = value
+        return value
+
+
+def _input_args(plan: ExecutionPlan, inputs: Sequence[np.ndarray | None]) -> list[Arg]:
+    """The plan's inputs bound to `inputs` (None: omitted), each of the operand's dimensions where it has them."""
+    return [Arg(omitted=True) if x is None else
+            Arg(array=x, dims=io.dims if io.dims is not None else (() if io.scalar else tuple(x.shape)),
+                length=x.nbytes) for x, io in zip(inputs, plan.inputs)]
+
+
+def _run(bound: BoundPlan, deadline: int | None) -> Outcome:
+    """`bound.run` through the prepared models; a runtime or driver bug as NnError, never anything else."""
+    try:
+        return bound.run(PREPARED, deadline)
+    except NnError:
+        raise
+    except Exception as e:
+        raise NnError(ErrorStatus.GENERAL_FAILURE, f"execution failed: {type(e).__name__}: {e}") from None
 
 
 class _Grew:

@@ -98,8 +98,8 @@ class Binding:
         #: memory, so each computation reads what is there then. None: a binding of one execution.
         self._kept_inputs: dict[int, np.ndarray | None] | None = None
         #: A kept binding's output views by (output, shape), and its outputs' sufficiency for the static
-        #: shapes last checked (its request and pools never change).
-        self._kept_views: dict[tuple, np.ndarray | None] = {}
+        #: shapes last checked (its request and pools never change); made when it is kept (`again`).
+        self._kept_views: dict[tuple, np.ndarray | None] | None = None
         self._kept_static: tuple[list[tuple[int, ...]], list[OutputShape]] | None = None
 
     def again(self, buffers: RequestBuffers, deadline: int | None) -> "Binding":
@@ -107,7 +107,7 @@ class Binding:
         the same): that computation's memory-domain buffers and deadline; the inputs' arrays are kept."""
         self.buffers, self.deadline, self._checked = buffers, deadline, None
         if self._kept_inputs is None:
-            self._kept_inputs = {}
+            self._kept_inputs, self._kept_views = {}, {}
         return self
 
     # --- inputs ----------------------------------------------------------------------------------
@@ -171,13 +171,14 @@ class Binding:
         saves the copy back."""
         if k in self.buffers.outputs:
             return None
-        if self._kept_inputs is None:
+        views = self._kept_views
+        if views is None:
             return self._output_view(k, tuple(shape))
         key = (k, tuple(shape))
         try:
-            return self._kept_views[key]
+            return views[key]
         except KeyError:
-            view = self._kept_views[key] = self._output_view(k, key[1])
+            view = views[key] = self._output_view(k, key[1])
             return view
 
     def _output_view(self, k: int, shape: tuple[int, ...]) -> np.ndarray | None:

@@ -165,7 +165,7 @@ class DriverPreparedModel(IPreparedModel):
                loop_timeout_ns: int | None, client: ClientId | int | None, start: int, label: str,
                pools: list[MappedPool | None] | None = None, reuse: "DriverExecution | None" = None
                ) -> tuple[list[OutputShape], Timing]:
-        ticket = self._submit(None if deadline is None else normalize_deadline(deadline), client, label)
+        ticket = self._submit(normalize_deadline(deadline), client, label)
         return self._run_ticket(ticket, request, measure, loop_timeout_ns, start, pools, reuse)
 
     def _run_ticket(self, ticket: Ticket, request: Request, measure: MeasureTiming, loop_timeout_ns: int | None,
