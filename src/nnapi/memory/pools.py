@@ -159,11 +159,13 @@ def _copy_range(src: int, dst: int, start: int, end: int) -> None:
         at += len(data)
 
 
-def read_region(fd: int, length: int, what: str, offset: int = 0) -> bytearray:
+def read_region(fd: int, length: int, what: str, offset: int = 0) -> bytes:
     """Exactly `length` bytes of file `fd` from `offset`, by bounded reads (never a mapping: the owner
     may shrink the file at any moment, and a mapped page past its end would kill this process with
     SIGBUS). INVALID_ARGUMENT naming `what` when the file is not a regular one, holds fewer bytes, is
-    sparse there (holes would be read as zeros into memory the sender never paid for) or shrinks."""
+    sparse there (holes would be read as zeros into memory the sender never paid for) or shrinks.
+    Each read allocates its own bytes, unfilled, and faults them in with the interpreter lock let go,
+    so a large region costs the process's other threads (other apps' calls) next to nothing."""
     try:
         st = os.fstat(fd)
     except (OSError, TypeError, ValueError, OverflowError) as e:
@@ -176,18 +178,19 @@ def read_region(fd: int, length: int, what: str, offset: int = 0) -> bytearray:
     if st.st_blocks * 512 + mmap.PAGESIZE < length:
         raise NnError(ErrorStatus.INVALID_ARGUMENT, f"{what}: the file is sparse ({st.st_blocks * 512} bytes "
                                                     f"of data for {length} bytes)")
-    buffer = bytearray(length)
-    view, at = memoryview(buffer), 0
+    chunks: list[bytes] = []
+    at = 0
     try:
         while at < length:
-            n = os.preadv(fd, [view[at:at + (1 << 24)]], offset + at)
-            if not n:
+            chunk = os.pread(fd, min(length - at, 1 << 24), offset + at)
+            if not chunk:
                 raise NnError(ErrorStatus.INVALID_ARGUMENT, f"{what}: the file shrank to {offset + at} bytes "
                                                             f"while it was read")
-            at += n
+            chunks.append(chunk)
+            at += len(chunk)
     except OSError as e:
         raise NnError(ErrorStatus.INVALID_ARGUMENT, f"{what}: cannot read it: {e}") from None
-    return buffer
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def mmap_fd_handle(fd: int, offset: int, size: int, prot: int = PROT_READ | PROT_WRITE) -> MemoryHandle:

@@ -309,7 +309,7 @@ class Decoder:
                             tuple(self.fd(fd, f"{what} data file") for fd in check_list(data, f"{what} data", 64)))
 
 
-def _read_memfd(fd: int, length: int, what: str) -> bytearray:
+def _read_memfd(fd: int, length: int, what: str) -> bytes:
     """The serialized model from its memfd: bounded by what one tensor may take before anything is
     allocated, and read, never mapped (`memory.read_region`: a sender shrinking it cannot fault us)."""
     if fd < 0:
