@@ -800,3 +800,107 @@ def test_equal_large_constants_are_one_node_of_each_graph(trips):
     want = _run(m, "reference", args)
     assert got[1].tolist() == want[1].tolist()
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
+
+
+# --- recurrent sequences in blocks -----------------------------------------------------------------
+def _sequence_lstm(steps: int, *, cifg: bool, peephole: bool, norm: bool, projection: bool,
+                   cell_clip: float, batch_major: bool) -> nnapi.Model:
+    """One UNIDIRECTIONAL_SEQUENCE_LSTM of `steps` time steps (batch 2, 5 inputs, 6 cells, 4 or 6
+    outputs), random constant weights, the state given as inputs; outputs: the sequence, h and c."""
+    b, n_in, n_cell = 2, 5, 6
+    n_out = 4 if projection else n_cell
+    m = nnapi.Model()
+
+    def weights(*shape: int) -> int:
+        i = m.add_operand(T.TENSOR_FLOAT32, shape)
+        m.set_operand_value(i, (RNG.standard_normal(shape) * 0.5).astype(np.float32))
+        return i
+
+    def omitted() -> int:
+        i = m.add_operand(T.TENSOR_FLOAT32, (0,))
+        m.set_operand_value(i, None)
+        return i
+
+    def scalar(t: T, v) -> int:
+        i = m.add_operand(t)
+        m.set_operand_value(i, v)
+        return i
+
+    x = m.add_operand(T.TENSOR_FLOAT32, (b, steps, n_in) if batch_major else (steps, b, n_in))
+    ins = [x]
+    ins += [omitted() if cifg and g == 0 else weights(n_cell, n_in) for g in range(4)]
+    ins += [omitted() if cifg and g == 0 else weights(n_cell, n_out) for g in range(4)]
+    ins += [omitted() if not peephole or (cifg and g == 0) else weights(n_cell) for g in range(3)]
+    ins += [omitted() if cifg and g == 0 else weights(n_cell) for g in range(4)]
+    ins += [weights(n_out, n_cell) if projection else omitted(), weights(n_out) if projection else omitted()]
+    h0, c0 = m.add_operand(T.TENSOR_FLOAT32, (b, n_out)), m.add_operand(T.TENSOR_FLOAT32, (b, n_cell))
+    ins += [h0, c0, scalar(T.INT32, 4), scalar(T.FLOAT32, cell_clip), scalar(T.FLOAT32, 0.0),
+            scalar(T.BOOL, not batch_major)]
+    ins += [omitted() if not norm or (cifg and g == 0) else weights(n_cell) for g in range(4)]
+    seq = m.add_operand(T.TENSOR_FLOAT32, (b, steps, n_out) if batch_major else (steps, b, n_out))
+    h, c = m.add_operand(T.TENSOR_FLOAT32, (b, n_out)), m.add_operand(T.TENSOR_FLOAT32, (b, n_cell))
+    m.add_operation(Op.UNIDIRECTIONAL_SEQUENCE_LSTM, ins, [seq, h, c])
+    m.identify_inputs_and_outputs([x, h0, c0], [seq, h, c])
+    m.finish()
+    return m
+
+
+def _tensor_iterators(model: nnapi.Model) -> int:
+    return sum(op.get_type_name() == "TensorIterator" for op in graph.build(model.to_hal()).model.get_ordered_ops())
+
+
+@pytest.mark.parametrize("steps,features", [
+    (37, dict(cifg=False, peephole=True, norm=True, projection=True, cell_clip=3.0, batch_major=True)),
+    (32, dict(cifg=True, peephole=True, norm=False, projection=False, cell_clip=0.0, batch_major=False)),
+    (9, dict(cifg=False, peephole=False, norm=False, projection=True, cell_clip=0.0, batch_major=True)),
+    (5, dict(cifg=False, peephole=False, norm=False, projection=False, cell_clip=0.0, batch_major=False)),
+])
+def test_a_long_sequence_lstm_runs_in_blocks_of_steps(steps, features):
+    """A sequence longer than 8 steps is a TensorIterator over blocks of steps (the leftover steps
+    unrolled after it), a short one is unrolled whole: fewer nodes for a cached start to import. Every
+    feature of the cell (CIFG, peepholes, layer normalization, projection, cell clip, both layouts)
+    computes what the reference driver does, the final state included."""
+    m = _sequence_lstm(steps, **features)
+    assert _tensor_iterators(m) == (1 if steps > 8 else 0)
+    b, n_out, n_cell = 2, (4 if features["projection"] else 6), 6
+    x = RNG.standard_normal((b, steps, 5) if features["batch_major"] else (steps, b, 5)).astype(np.float32)
+    args = [x, RNG.standard_normal((b, n_out)).astype(np.float32), RNG.standard_normal((b, n_cell)).astype(np.float32)]
+    got, want = _run(m, "openvino", args), _run(m, "reference", args)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_a_long_bidirectional_rnn_runs_both_directions_in_blocks():
+    """BIDIRECTIONAL_SEQUENCE_RNN of 21 steps: each direction a TensorIterator (the backward one over
+    the sequence reversed), outputs and final states as the reference driver's."""
+    steps, b, n_in, n_units = 21, 2, 3, 4
+    m = nnapi.Model()
+
+    def operand(shape, value=None, t: T = T.TENSOR_FLOAT32) -> int:
+        i = m.add_operand(t, shape)
+        if value is not None:
+            m.set_operand_value(i, value)
+        return i
+
+    def w(*shape: int) -> int:
+        return operand(shape, (RNG.standard_normal(shape) * 0.5).astype(np.float32))
+
+    x = operand((steps, b, n_in))
+    fw_h, bw_h = operand((b, n_units)), operand((b, n_units))
+    none = [operand((0,), None) for _ in range(3)]
+    for i in none:
+        m.set_operand_value(i, None)
+    ins = [x, w(n_units, n_in), w(n_units, n_units), w(n_units), fw_h,
+           w(n_units, n_in), w(n_units, n_units), w(n_units), bw_h, *none,
+           operand((), np.int32(4), T.INT32), operand((), True, T.BOOL), operand((), False, T.BOOL)]
+    fw, bw = operand((steps, b, n_units)), operand((steps, b, n_units))
+    fw_last, bw_last = operand((b, n_units)), operand((b, n_units))
+    m.add_operation(Op.BIDIRECTIONAL_SEQUENCE_RNN, ins, [fw, bw, fw_last, bw_last])
+    m.identify_inputs_and_outputs([x, fw_h, bw_h], [fw, bw, fw_last, bw_last])
+    m.finish()
+    assert _tensor_iterators(m) == 2
+    args = [RNG.standard_normal((steps, b, n_in)).astype(np.float32),
+            RNG.standard_normal((b, n_units)).astype(np.float32), RNG.standard_normal((b, n_units)).astype(np.float32)]
+    got, want = _run(m, "openvino", args), _run(m, "reference", args)
+    for g, w_ in zip(got, want):
+        np.testing.assert_allclose(g, w_, rtol=1e-4, atol=1e-5)

@@ -1,13 +1,19 @@
 """Recurrent cells: RNN, UNIDIRECTIONAL_SEQUENCE_RNN, BIDIRECTIONAL_SEQUENCE_RNN,
 UNIDIRECTIONAL_SEQUENCE_LSTM (float) and QUANTIZED_LSTM (int8 / int16).
 
-The RNNs are unrolled over their (fixed) time steps like the LSTM: h = activation(x W^T + b + h R^T),
-the input projections of every step in one MatMul.
+The sequences run their time steps in blocks (`_scan`): a short sequence is unrolled into the graph;
+a longer one becomes a TensorIterator whose body is a block of `_block_steps` unrolled steps, the
+steps left over unrolled after it. Unrolled, every step is nodes that a cached start pays to import
+(about 0.2 ms each: lstm_text_f32's 32 steps in two layers were 0.36 s of its start); a one-step body
+pays a dispatch per iteration (7 us a step here, 1.9x the unrolled run). Blocks of 8 to 16 steps take
+the import to a seventh and cost the run 10-20%.
 
-The float LSTM is unrolled over its (fixed) time steps: the input projections of every step are one
-MatMul, each step adds its recurrent MatMul, gates and state update, as Android's LSTMStep does
-(peepholes, CIFG, layer normalization, projection and both clips included). OpenVINO's LSTMSequence
-clips gate pre-activations rather than the cell state, which is not NNAPI's cell clip.
+The RNNs: h = activation(x W^T + b + h R^T), the input projections of every step in one MatMul.
+
+The float LSTM: the input projections of every step are one MatMul, each step adds its recurrent
+MatMul, gates and state update, as Android's LSTMStep does (peepholes, CIFG, layer normalization,
+projection and both clips included). OpenVINO's LSTMSequence clips gate pre-activations rather than
+the cell state, which is not NNAPI's cell clip.
 
 QUANTIZED_LSTM (Android's 8x8_16 integer LSTM) is computed on real values with the integer kernel's
 fixed points made explicit: gate pre-activations are the matmul results in the intermediate scales,
@@ -19,11 +25,91 @@ normalization. Peepholes, layer normalization and projection are not lowered (no
 from __future__ import annotations
 
 import numpy as np
-from ..backend import ops
+import math
+from typing import Callable, Sequence
+
+from ..backend import ov, ops
 
 from ....hal import OperationType as Op
 from ....ops import OpContext, resolve
-from ..lowering import FLOAT, Q8AS, Unsupported, Value, constant, dequantized_array, f32, i64, lowers, out, scalar
+from ..lowering import (FLOAT, Q8AS, Unsupported, Value, constant, dequantized_array, f32, i64, lowers, out, scalar,
+                        sharing_constants)
+
+#: A sequence of at most this many steps is unrolled whole.
+UNROLLED_STEPS = 8
+#: The steps of a TensorIterator's body: about a quarter of the sequence, within these bounds.
+BLOCK_STEPS = (8, 16)
+
+#: One time step: (the step's slices of the sequences, the state, the invariants) -> (the new state,
+#: the step's outputs, each to be stacked over time).
+Step = Callable[[list, list, dict], tuple[list, list]]
+
+
+def _block_steps(steps: int) -> int:
+    """The steps of one TensorIterator body for a sequence of `steps` (0: unroll it whole)."""
+    if steps <= UNROLLED_STEPS:
+        return 0
+    low, high = BLOCK_STEPS
+    return min(high, max(low, math.ceil(steps / 4)))
+
+
+def _shape(x: ov.Output) -> list[int]:
+    return list(x.get_partial_shape().to_shape())
+
+
+def _unrolled(sequences: list, state: list, invariants: dict, step: Step, times: range,
+              stacked: list[list]) -> list:
+    """`step` at each time of `times` in the graph being built, its outputs appended to `stacked`."""
+    for t in times:
+        state, outputs = step([out(ops.gather(x, i64(t), i64(0))) for x in sequences], state, invariants)
+        for k, o in enumerate(outputs):
+            stacked[k].append(out(ops.unsqueeze(o, i64(0))))
+    return state
+
+
+def _scan(sequences: Sequence[ov.Output], state: Sequence[ov.Output], invariants: dict, step: Step,
+          n_outputs: int, *, reverse: bool = False) -> tuple[list, list]:
+    """`step` over time-major `sequences` [T, ...] from `state` (backwards with `reverse`): the outputs
+    stacked [T, ...] and the final state. `invariants` are the values every step reads; a step reads
+    them from its argument only (in a TensorIterator's body they are the body's parameters)."""
+    sequences, state = list(sequences), list(state)
+    steps = _shape(sequences[0])[0]
+    if reverse:  # (backwards is forwards over the sequences reversed, its outputs reversed back)
+        order = i64(list(range(steps - 1, -1, -1)))
+        sequences = [out(ops.gather(x, order, i64(0))) for x in sequences]
+    stacked: list[list] = [[] for _ in range(n_outputs)]
+    block = _block_steps(steps)
+    done = 0
+    if block:
+        done = steps - steps % block
+        heads = [x if done == steps else out(ops.slice(x, i64([0]), i64([done]), i64([1]), i64([0])))
+                 for x in sequences]
+        with sharing_constants():  # (the body is a graph of its own)
+            params_x = [ops.parameter([block] + _shape(x)[1:], x.get_element_type()) for x in heads]
+            params_s = [ops.parameter(_shape(v), v.get_element_type()) for v in state]
+            params_i = {k: ops.parameter(_shape(v), v.get_element_type()) for k, v in invariants.items()}
+            inner: list[list] = [[] for _ in range(n_outputs)]
+            new_state = _unrolled([p.output(0) for p in params_x], [p.output(0) for p in params_s],
+                                  {k: p.output(0) for k, p in params_i.items()}, step, range(block), inner)
+            results_s = [ops.result(v) for v in new_state]
+            results_o = [ops.result(ops.concat(o, 0)) for o in inner]
+            body = ov.Model(results_s + results_o, params_x + params_s + list(params_i.values()))
+        loop = ops.tensor_iterator()
+        loop.set_body(body)
+        for p, x in zip(params_x, heads):
+            loop.set_sliced_input(p, x, 0, block, block, -1, 0)
+        for p, v, r in zip(params_s, state, results_s):
+            loop.set_merged_input(p, v, r.output(0))
+        for k, p in params_i.items():
+            loop.set_invariant_input(p, invariants[k])
+        state = [loop.get_iter_value(r.output(0), -1) for r in results_s]
+        for k, r in enumerate(results_o):
+            stacked[k].append(loop.get_concatenated_slices(r.output(0), 0, block, block, -1, 0))
+    state = _unrolled(sequences, state, invariants, step, range(done, steps), stacked)
+    seqs = [out(ops.concat(parts, 0)) if len(parts) > 1 else parts[0] for parts in stacked]
+    if reverse:
+        seqs = [out(ops.gather(x, order, i64(0))) for x in seqs]
+    return seqs, state
 
 def _cell_activation(x, code: int):
     """Android's ActivationFn for the cell input and output."""
@@ -56,7 +142,6 @@ def sequence_lstm(ctx: OpContext, xs):
     g = resolve(ctx)
     cell, ix, cfg = g.cell, g.cell.index, g.cell.config
     x = xs[0].laid_out(None if g.time_major else (1, 0, 2))  # [T, B, I]
-    steps = xs[0].shape[0 if g.time_major else 1]
     w_in_ix = (ix.input_to_input, ix.input_to_forget, ix.input_to_cell, ix.input_to_output)
     w_rec_ix = (ix.recurrent_to_input, ix.recurrent_to_forget, ix.recurrent_to_cell, ix.recurrent_to_output)
     bias_ix = (ix.input_gate_bias, ix.forget_gate_bias, ix.cell_gate_bias, ix.output_gate_bias)
@@ -68,55 +153,66 @@ def sequence_lstm(ctx: OpContext, xs):
     xw = out(ops.matmul(x, w_in, False, True))                           # [T, B, G*U]
     if not cfg.use_layer_norm:
         xw = out(ops.add(xw, ops.concat([xs[bias_ix[k]].node for k in gates], 0)))
-    h, c = xs[ix.output_state_in].node, xs[ix.cell_state_in].node
     sizes = [cfg.n_cell] * len(gates)
-
-    def finish_gate(k: int, value, cell_state):
+    inv = {"w_rec": w_rec}  # (what every step reads: the body's parameters in a TensorIterator)
+    for k in gates:
         if cfg.use_peephole and k != 2:
-            value = out(ops.add(value, ops.multiply(xs[peep_ix[k]].node, cell_state)))
+            inv[f"peephole{k}"] = xs[peep_ix[k]].node
         if cfg.use_layer_norm:
-            value = out(ops.add(ops.multiply(_normalize(value), xs[ln_ix[k]].node), xs[bias_ix[k]].node))
+            inv[f"norm{k}"], inv[f"bias{k}"] = xs[ln_ix[k]].node, xs[bias_ix[k]].node
+    if cfg.use_projection:
+        inv["projection"] = xs[ix.projection_weights].node
+        if cfg.use_projection_bias:
+            inv["projection_bias"] = xs[ix.projection_bias].node
+
+    def finish_gate(k: int, value, cell_state, v: dict):
+        if cfg.use_peephole and k != 2:
+            value = out(ops.add(value, ops.multiply(v[f"peephole{k}"], cell_state)))
+        if cfg.use_layer_norm:
+            value = out(ops.add(ops.multiply(_normalize(value), v[f"norm{k}"]), v[f"bias{k}"]))
         return value
 
-    outputs = []
-    for t in range(steps):
-        pre = out(ops.add(ops.gather(xw, i64(t), i64(0)), ops.matmul(h, w_rec, False, True)))
+    def step(x_t: list, state: list, v: dict) -> tuple[list, list]:
+        (xw_t,), (h, c) = x_t, state
+        pre = out(ops.add(xw_t, ops.matmul(h, v["w_rec"], False, True)))
         parts = ops.variadic_split(pre, i64(1), i64(sizes))
         g_pre = {k: parts.output(n) for n, k in enumerate(gates)}
-        f_gate = out(ops.sigmoid(finish_gate(1, g_pre[1], c)))
-        cell_in = _cell_activation(finish_gate(2, g_pre[2], c), cell.activation)
+        f_gate = out(ops.sigmoid(finish_gate(1, g_pre[1], c, v)))
+        cell_in = _cell_activation(finish_gate(2, g_pre[2], c, v), cell.activation)
         i_gate = (out(ops.subtract(f32(1.0), f_gate)) if cfg.use_cifg
-                  else out(ops.sigmoid(finish_gate(0, g_pre[0], c))))
+                  else out(ops.sigmoid(finish_gate(0, g_pre[0], c, v))))
         c = out(ops.add(ops.multiply(f_gate, c), ops.multiply(cell_in, i_gate)))
         if cell.cell_clip > 0.0:
             c = out(ops.clamp(c, -cell.cell_clip, cell.cell_clip))
-        o_gate = out(ops.sigmoid(finish_gate(3, g_pre[3], c)))
+        o_gate = out(ops.sigmoid(finish_gate(3, g_pre[3], c, v)))
         h = out(ops.multiply(o_gate, _cell_activation(c, cell.activation)))
         if cfg.use_projection:
-            h = out(ops.matmul(h, xs[ix.projection_weights].node, False, True))
+            h = out(ops.matmul(h, v["projection"], False, True))
             if cfg.use_projection_bias:
-                h = out(ops.add(h, xs[ix.projection_bias].node))
+                h = out(ops.add(h, v["projection_bias"]))
             if cell.proj_clip > 0.0:
                 h = out(ops.clamp(h, -cell.proj_clip, cell.proj_clip))
-        outputs.append(out(ops.unsqueeze(h, i64(0))))
-    seq = out(ops.concat(outputs, 0)) if len(outputs) > 1 else outputs[0]  # [T, B, O]
-    result = [Value(seq, None if g.time_major else (1, 0, 2))]
+        return [h, c], [h]
+
+    (seq,), (h, c) = _scan([xw], [xs[ix.output_state_in].node, xs[ix.cell_state_in].node], inv, step, 1)
+    result = [Value(seq, None if g.time_major else (1, 0, 2))]  # [T, B, O]
     if len(ctx.outputs) == 3:
         result += [h, c]
     return result
 
 
 def _rnn_steps(x, h, w, r, b, act: int, *, aux=None, aux_w=None, reverse: bool = False):
-    """Unrolled RNN over time-major x [T, B, I]: the outputs [T, B, U] and the final state."""
+    """The RNN over time-major x [T, B, I] (`_scan`): the outputs [T, B, U] and the final state."""
     xw = out(ops.add(ops.matmul(x, w, False, True), b))
     if aux is not None:
         xw = out(ops.add(xw, ops.matmul(aux, aux_w, False, True)))
-    steps = int(x.get_partial_shape().to_shape()[0])
-    outs = [None] * steps
-    for t in (reversed(range(steps)) if reverse else range(steps)):
-        h = _cell_activation(out(ops.add(ops.gather(xw, i64(t), i64(0)), ops.matmul(h, r, False, True))), act)
-        outs[t] = out(ops.unsqueeze(h, i64(0)))
-    return (out(ops.concat(outs, 0)) if steps > 1 else outs[0]), h
+
+    def step(x_t: list, state: list, v: dict) -> tuple[list, list]:
+        h = _cell_activation(out(ops.add(x_t[0], ops.matmul(state[0], v["r"], False, True))), act)
+        return [h], [h]
+
+    (seq,), (h,) = _scan([xw], [h], {"r": r}, step, 1, reverse=reverse)
+    return seq, h
 
 
 @lowers(Op.RNN, types=FLOAT)
