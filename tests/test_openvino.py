@@ -703,22 +703,38 @@ def _counted_loop(trips: int, start_input: bool = False, w: np.ndarray | None = 
     return m
 
 
-@pytest.mark.parametrize("trips", [1, 7, 40])
-def test_a_loop_of_a_count_known_at_compile_time_runs_unrolled(trips):
+@pytest.mark.parametrize("trips,loops,block", [(1, "compact", 0), (7, "compact", 0), (13, "compact", 0),
+                                               (40, "compact", 10), (32, "compact", 16), (40, "unrolled", 0)])
+def test_a_loop_of_a_count_known_at_compile_time_runs_unrolled_or_in_blocks(trips, loops, block):
     """A counter from a constant against a constant bound: the WHILE becomes that many copies of its body
-    (a valid model, no Loop node), with the loop's own results."""
-    from nnapi.drivers.openvino import graph
+    (a valid model, no Loop node); a long one, unless SUSTAINED_SPEED unrolls it (`loops`), a WHILE of
+    a body of `block` copies, half the count or near it (a Loop of a few iterations: few nodes to import).
+    The results are the loop's own."""
+    from nnapi.drivers.openvino import graph, lowering
     from nnapi.drivers.openvino.unroll import unroll_loops
+    from nnapi.hal import ExecutionPreference
     from nnapi.validation import validate_model
     m = _counted_loop(trips)
     hal_model = m.to_hal()
-    unrolled = unroll_loops(hal_model)
+    token = lowering.LOOPS.set(loops)
+    try:
+        unrolled = unroll_loops(hal_model)
+    finally:
+        lowering.LOOPS.reset(token)
     validate_model(unrolled)
     types = [op.type for op in unrolled.main.operations]
-    assert Op.WHILE not in types and len(types) == 3 * trips
-    assert "Loop" not in {op.get_type_name() for op in graph.build(hal_model).model.get_ordered_ops()}
+    if block:
+        assert types == [Op.WHILE] and len(unrolled.referenced) == len(hal_model.referenced) + 1
+        assert len(unrolled.referenced[-1].operations) == 3 * block
+    else:
+        assert Op.WHILE not in types and len(types) == 3 * trips
+    built = graph.build(hal_model, loops=loops).model
+    assert ("Loop" in {op.get_type_name() for op in built.get_ordered_ops()}) == bool(block)
     x = RNG.standard_normal((1, 4)).astype(np.float32)
-    got = nnapi.Compilation(m, devices=["openvino"]).finish().execute([x])
+    preference = ExecutionPreference.SUSTAINED_SPEED if loops == "unrolled" else ExecutionPreference.FAST_SINGLE_ANSWER
+    c = nnapi.Compilation(m, devices=["openvino"])
+    c.set_preference(preference)
+    got = c.finish().execute([x])
     want = _run(m, "reference", [x])
     assert got[1].tolist() == want[1].tolist() == [trips]
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-5)
@@ -845,23 +861,26 @@ def _sequence_lstm(steps: int, *, cifg: bool, peephole: bool, norm: bool, projec
     return m
 
 
-def _tensor_iterators(model: nnapi.Model) -> int:
-    return sum(op.get_type_name() == "TensorIterator" for op in graph.build(model.to_hal()).model.get_ordered_ops())
+def _tensor_iterators(model: nnapi.Model, loops: str = "compact") -> int:
+    built = graph.build(model.to_hal(), loops=loops).model
+    return sum(op.get_type_name() == "TensorIterator" for op in built.get_ordered_ops())
 
 
 @pytest.mark.parametrize("steps,features", [
     (37, dict(cifg=False, peephole=True, norm=True, projection=True, cell_clip=3.0, batch_major=True)),
     (32, dict(cifg=True, peephole=True, norm=False, projection=False, cell_clip=0.0, batch_major=False)),
-    (9, dict(cifg=False, peephole=False, norm=False, projection=True, cell_clip=0.0, batch_major=True)),
-    (5, dict(cifg=False, peephole=False, norm=False, projection=False, cell_clip=0.0, batch_major=False)),
+    (18, dict(cifg=False, peephole=False, norm=False, projection=True, cell_clip=0.0, batch_major=True)),
+    (12, dict(cifg=False, peephole=False, norm=False, projection=False, cell_clip=0.0, batch_major=False)),
 ])
 def test_a_long_sequence_lstm_runs_in_blocks_of_steps(steps, features):
-    """A sequence longer than 8 steps is a TensorIterator over blocks of steps (the leftover steps
-    unrolled after it), a short one is unrolled whole: fewer nodes for a cached start to import. Every
-    feature of the cell (CIFG, peepholes, layer normalization, projection, cell clip, both layouts)
-    computes what the reference driver does, the final state included."""
+    """A sequence of two blocks of 8 steps or more is a TensorIterator over blocks of steps (the leftover
+    steps unrolled after it), a shorter one is unrolled whole, and so is every one under SUSTAINED_SPEED
+    (`loops` "unrolled"): fewer nodes for a cached start to import. Every feature of the cell (CIFG,
+    peepholes, layer normalization, projection, cell clip, both layouts) computes what the reference
+    driver does, the final state included."""
     m = _sequence_lstm(steps, **features)
-    assert _tensor_iterators(m) == (1 if steps > 8 else 0)
+    assert _tensor_iterators(m) == (1 if steps >= 16 else 0)
+    assert _tensor_iterators(m, "unrolled") == 0
     b, n_out, n_cell = 2, (4 if features["projection"] else 6), 6
     x = RNG.standard_normal((b, steps, 5) if features["batch_major"] else (steps, b, 5)).astype(np.float32)
     args = [x, RNG.standard_normal((b, n_out)).astype(np.float32), RNG.standard_normal((b, n_cell)).astype(np.float32)]
@@ -904,3 +923,38 @@ def test_a_long_bidirectional_rnn_runs_both_directions_in_blocks():
     got, want = _run(m, "openvino", args), _run(m, "reference", args)
     for g, w_ in zip(got, want):
         np.testing.assert_allclose(g, w_, rtol=1e-4, atol=1e-5)
+
+
+def test_an_unrolled_int8_sequence_lstm_is_lowered_as_one_sequence():
+    """lstm_text_int8's two int8 sequence LSTMs reach the driver as chains of 32 QUANTIZED_LSTM steps
+    (`sequences`): each is lowered as one sequence, a TensorIterator over blocks of steps, not 32
+    copies of the cell (2975 nodes to import at every cached start); under SUSTAINED_SPEED (`loops`
+    "unrolled") step by step. Both layers' every time step agree with the reference driver as closely
+    as the step-by-step lowering does."""
+    from nnapi.importers import load_tflite
+    from nnapi.drivers.openvino import backend
+    layers = ["tfl.unidirectional_sequence_lstm", "tfl.unidirectional_sequence_lstm1"]
+    imported = load_tflite(os.path.join(SHARED, "models", "keras", "lstm_text_int8.tflite"), outputs=layers)
+    x = np.load(os.path.join(SHARED, "models", "reference", "lstm_text_int8.npz"))["input_0"]
+    rng = np.random.default_rng(7)
+    inputs = [x] + [rng.integers(0, 5000, size=x.shape).astype(x.dtype) for _ in range(2)]
+    want = [_run(imported.model, "reference", [xi]) for xi in inputs]
+
+    def outputs(built: graph.BuiltGraph) -> list[list[np.ndarray]]:
+        request = backend.ov.Core().compile_model(built.model, "CPU").create_infer_request()
+        got = []
+        for xi in inputs:
+            request.infer({0: xi})
+            got.append([request.get_output_tensor(k).data.copy() for k in range(2)])
+        return got
+
+    chained = graph.build(imported.model.to_hal())
+    kinds = [op.get_type_name() for op in chained.model.get_ordered_ops()]
+    assert kinds.count("TensorIterator") == 2 and len(kinds) < 200, len(kinds)
+    plain = graph.build(imported.model.to_hal(), loops="unrolled")
+    assert "TensorIterator" not in [op.get_type_name() for op in plain.model.get_ordered_ops()]
+    for got_c, got_p, w in zip(outputs(chained), outputs(plain), want):
+        for c, p, r in zip(got_c, got_p, w):
+            assert c.shape == r.shape and c.dtype == r.dtype
+            assert np.abs(c.astype(int) - r.astype(int)).max() <= 1
+            assert (c == r).mean() >= (p == r).mean() - 0.02, ((c == r).mean(), (p == r).mean())

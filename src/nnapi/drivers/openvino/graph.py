@@ -28,9 +28,10 @@ from ...hal import ErrorStatus, Model, NnError, OperandLifeTime as L, OperandTyp
 from ...ops import OpContext, Tensor
 from ...validation import ConstantReader, build_operation_context, infer_model_shapes
 from .tensors import CHECK_PREFIX, check_outputs
+from .sequences import find_chains, lower_chain
 from .unroll import unroll_loops
 from ..base.lowering import LoweringTable, with_dims
-from .lowering import (B8, F16, F32, I32, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value,
+from .lowering import (B8, F16, F32, I32, LOOPS, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value,
                        as_value, collecting_checks, dequantize_input, dequantized_array, fake_quantize, i64,
                        sharing_constants)
 
@@ -232,12 +233,16 @@ def lower_graph(model: Model, sub, dims, reader: ConstantReader, values: dict[in
     """Lower every operation of `sub` in order, starting from `values` (its inputs); returns the value
     of every operand computed or used. Raises NnError(GENERAL_FAILURE) for what does not lower."""
     lowerings = table()
-    for n, op in enumerate(sub.operations):
-        ctx = build_operation_context(model, sub, op, dims=dims, constants=reader)
+
+    def context(n: int) -> OpContext:
+        return build_operation_context(model, sub, sub.operations[n], dims=dims, constants=reader)
+
+    def inputs(n: int, ctx: OpContext, skip: tuple[int, ...] = ()) -> list[Value | None]:
+        """Operation n's input values (None: omitted, or in `skip`)."""
         xs = []
-        for k, i in enumerate(op.inputs):
+        for k, i in enumerate(sub.operations[n].inputs):
             t = ctx.inputs[k]
-            if t.omitted:
+            if t.omitted or k in skip:
                 xs.append(None)
             elif i in values:
                 xs.append(values[i])
@@ -245,7 +250,21 @@ def lower_graph(model: Model, sub, dims, reader: ConstantReader, values: dict[in
                 values[i] = constant_value(t)
                 xs.append(values[i])
             else:
-                raise NnError(ErrorStatus.GENERAL_FAILURE, f"operation {n} ({op.type.name}): operand {i} has no value")
+                raise NnError(ErrorStatus.GENERAL_FAILURE,
+                              f"operation {n} ({sub.operations[n].type.name}): operand {i} has no value")
+        return xs
+
+    chains = find_chains(sub) if LOOPS.get() == "compact" else {}  # (unrolled int8 LSTM sequences)
+    done = 0
+    for n, op in enumerate(sub.operations):
+        if n < done:
+            continue
+        chain = chains.get(n)
+        if chain is not None and lower_chain(model, sub, chain, context, inputs, values, unrounded):
+            done = chain.concat + 1
+            continue
+        ctx = context(n)
+        xs = inputs(n, ctx)
         entry = lowerings.get(op.type)
         if entry is None:
             raise NnError(ErrorStatus.GENERAL_FAILURE, f"operation {n} ({op.type.name}) has no lowering")
@@ -282,19 +301,23 @@ class BuiltGraph:
 
 
 def build(model: Model, dims: list[tuple[int, ...]] | None = None, name: str = "nnapi", *,
-          rounding: str = "fq") -> BuiltGraph:
+          rounding: str = "fq", loops: str = "compact") -> BuiltGraph:
     """The whole main graph as one `ov.Model` (every operation must lower: the device claimed them).
     `rounding` "plain" rounds quantized values with Round and Clamp instead of FakeQuantize
-    (`lowering.ROUNDING`)."""
-    unrolled = unroll_loops(model)  # short loops of a known count as straight-line code
-    if unrolled is not model:
-        model, dims = unrolled, None
-    token = ROUNDING.set(rounding)
+    (`lowering.ROUNDING`); `loops` "unrolled" makes every step of a recurrence nodes of the graph
+    (`lowering.LOOPS`)."""
+    if loops not in ("compact", "unrolled"):
+        raise ValueError(f"loops must be 'compact' or 'unrolled', not {loops!r}")
+    tokens = ROUNDING.set(rounding), LOOPS.set(loops)
     try:
+        unrolled = unroll_loops(model)  # loops of a known count as straight-line code, or in blocks
+        if unrolled is not model:
+            model, dims = unrolled, None
         with sharing_constants():
             return _build(model, dims, name)
     finally:
-        ROUNDING.reset(token)
+        ROUNDING.reset(tokens[0])
+        LOOPS.reset(tokens[1])
 
 
 def _build(model: Model, dims: list[tuple[int, ...]] | None, name: str) -> BuiltGraph:

@@ -9,6 +9,14 @@ kernels) to count the iterations; it then replaces the WHILE with that many copi
 Anything else (a count that depends on the inputs, nested control flow, more than `MAX_TRIPS`
 iterations or `MAX_OPERATIONS` copied operations) keeps its loop. The result is the same model with
 the same inputs and outputs: executions compute exactly what the loop computes.
+
+A long loop unrolled whole is many nodes that every cached start imports again (gru_text_f32's 32
+trips: 1700 nodes). A loop of more than `UNROLLED_TRIPS` trips whose count a block of 8 to 16 trips
+divides stays a loop, of a body that is that block of copies (`_repeated`): half the sequence per
+iteration where it can, since each iteration of an OpenVINO Loop costs 30-50 us here (gru_text_f32:
+two iterations run as fast as the 32 copies, four 25% slower). Its condition, read
+after each block, reads what the loop's own condition reads after those trips: true before the
+count, false at it.
 """
 from __future__ import annotations
 
@@ -17,13 +25,18 @@ from typing import Sequence
 
 import numpy as np
 
-from ...hal import Model, Operand, OperandLifeTime as L, Operation, OperationType as Op, Subgraph
+from ...hal import (DataLocation, Model, Operand, OperandLifeTime as L, OperandType, Operation, OperationType as Op,
+                   Subgraph)
 from ...ops import OpContext, Tensor, find_operation
 from ...validation import ConstantReader
+from .lowering import LOOPS
 
 #: The most iterations a loop is unrolled for, and the most operations its copies may add.
 MAX_TRIPS = 64
 MAX_OPERATIONS = 4096
+#: A loop of at most this many trips is unrolled whole; a longer one, in blocks of trips.
+UNROLLED_TRIPS = 8
+BLOCK_TRIPS = (8, 16)
 _CONSTANT = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
 
 
@@ -40,11 +53,12 @@ def unroll_loops(model: Model) -> Model:
     reader = ConstantReader(model)
     operands = [dataclasses.replace(o) for o in main.operands]
     operations: list[Operation] = []
+    referenced = list(model.referenced)
     changed = False
     for op in main.operations:
         if op.type == Op.WHILE:
             try:
-                copies = _unrolled(model, reader, op, operands)
+                copies = _unrolled(model, reader, op, operands, referenced)
                 operations.extend(copies)
                 changed = True
                 continue
@@ -61,11 +75,24 @@ def unroll_loops(model: Model) -> Model:
             counts[i] += 1
     for operand, n in zip(operands, counts):
         operand.number_of_consumers = n
-    return dataclasses.replace(model, main=dataclasses.replace(main, operands=operands, operations=operations))
+    return dataclasses.replace(model, main=dataclasses.replace(main, operands=operands, operations=operations),
+                               referenced=referenced)
 
 
-def _unrolled(model: Model, reader: ConstantReader, op: Operation, operands: list[Operand]) -> list[Operation]:
-    """The operations replacing one WHILE (appending the operands they need), or _Keep."""
+def _block(trips: int) -> int:
+    """The trips of one block of a loop of `trips` (0: unroll it whole, as `lowering.LOOPS`
+    "unrolled" asks): a divisor of `trips` within `BLOCK_TRIPS`, the nearest to half of them."""
+    if trips <= UNROLLED_TRIPS or LOOPS.get() == "unrolled":
+        return 0
+    low, high = BLOCK_TRIPS
+    divisors = [k for k in range(low, high + 1) if trips % k == 0 and k < trips]
+    return min(divisors, key=lambda k: abs(k - trips / 2)) if divisors else 0
+
+
+def _unrolled(model: Model, reader: ConstantReader, op: Operation, operands: list[Operand],
+              referenced: list[Subgraph]) -> list[Operation]:
+    """The operations replacing one WHILE (appending the operands and the subgraphs they need), or
+    _Keep."""
     main = model.main
     cond_index, body_index = (int(reader.value(main.operands[i])) for i in op.inputs[:2])
     cond, body = model.referenced[cond_index], model.referenced[body_index]
@@ -92,6 +119,13 @@ def _unrolled(model: Model, reader: ConstantReader, op: Operation, operands: lis
     finals = [body.output_indexes[p] for p in range(len(op.outputs))]
     if len(set(finals)) != len(finals) or any(body.operands[i].lifetime != L.SUBGRAPH_OUTPUT for i in finals):
         raise _Keep  # an output passed straight through (or a constant): the loop keeps its own operands
+    block = _block(trips)
+    outs = body.output_indexes
+    if block and len(set(outs)) == len(outs) and all(body.operands[i].lifetime == L.SUBGRAPH_OUTPUT for i in outs):
+        referenced.append(_repeated(body, carried, block))
+        blocks = _add(operands, Operand(OperandType.SUBGRAPH, lifetime=L.SUBGRAPH,
+                                        location=DataLocation(0, len(referenced) - 1, 0)))
+        return [Operation(Op.WHILE, (op.inputs[0], blocks, *op.inputs[2:]), op.outputs)]
     copies: list[Operation] = []
     shared: dict[int, int] = {}  # the body's constants, added once
     for trip in range(trips):
@@ -114,6 +148,39 @@ def _unrolled(model: Model, reader: ConstantReader, op: Operation, operands: lis
                                     tuple(mapping[i] for i in step.outputs)))
         args = [mapping[body.output_indexes[p]] if p < carried else a for p, a in enumerate(args)]
     return copies
+
+
+def _repeated(body: Subgraph, carried: int, times: int) -> Subgraph:
+    """`body` `times` over, as one subgraph of the same inputs and outputs: each copy's carried
+    outputs are the next one's inputs, the input-only values stay the subgraph's inputs."""
+    operands: list[Operand] = []
+    inputs = [_add(operands, dataclasses.replace(body.operands[i], number_of_consumers=0)) for i in body.input_indexes]
+    operations: list[Operation] = []
+    shared: dict[int, int] = {}  # the body's constants, added once
+    current, outputs = list(inputs), list(inputs)
+    for copy in range(times):
+        mapping = dict(zip(body.input_indexes, current))
+        for step in body.operations:
+            for i in (*step.inputs, *step.outputs):
+                if i in mapping:
+                    continue
+                operand = body.operands[i]
+                if operand.lifetime in (*_CONSTANT, L.NO_VALUE):
+                    if i not in shared:
+                        shared[i] = _add(operands, dataclasses.replace(operand, number_of_consumers=0))
+                    mapping[i] = shared[i]
+                else:
+                    last = copy == times - 1 and operand.lifetime == L.SUBGRAPH_OUTPUT
+                    mapping[i] = _add(operands, dataclasses.replace(
+                        operand, number_of_consumers=0, lifetime=L.SUBGRAPH_OUTPUT if last else L.TEMPORARY_VARIABLE))
+            operations.append(Operation(step.type, tuple(mapping[i] for i in step.inputs),
+                                        tuple(mapping[i] for i in step.outputs)))
+        outputs = [mapping[i] for i in body.output_indexes]
+        current = [outputs[p] if p < carried else a for p, a in enumerate(current)]
+    for step in operations:
+        for i in step.inputs:
+            operands[i].number_of_consumers += 1
+    return Subgraph(operands, operations, tuple(inputs), tuple(outputs))
 
 
 def _add(operands: list[Operand], operand: Operand) -> int:

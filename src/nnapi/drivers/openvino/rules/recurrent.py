@@ -32,8 +32,8 @@ from ..backend import ov, ops
 
 from ....hal import OperationType as Op
 from ....ops import OpContext, resolve
-from ..lowering import (FLOAT, Q8AS, Unsupported, Value, constant, dequantized_array, f32, i64, lowers, out, scalar,
-                        sharing_constants)
+from ..lowering import (FLOAT, LOOPS, Q8AS, Unsupported, Value, constant, dequantized_array, f32, fake_quantize, i64,
+                        lowers, out, scalar, sharing_constants)
 
 #: A sequence of at most this many steps is unrolled whole.
 UNROLLED_STEPS = 8
@@ -46,11 +46,14 @@ Step = Callable[[list, list, dict], tuple[list, list]]
 
 
 def _block_steps(steps: int) -> int:
-    """The steps of one TensorIterator body for a sequence of `steps` (0: unroll it whole)."""
-    if steps <= UNROLLED_STEPS:
+    """The steps of one TensorIterator body for a sequence of `steps` (0: unroll it whole, as
+    `LOOPS` "unrolled" asks). At least two blocks: OpenVINO's low-precision pipeline fails on some
+    graphs holding a TensorIterator of one iteration."""
+    if steps <= UNROLLED_STEPS or LOOPS.get() == "unrolled":
         return 0
     low, high = BLOCK_STEPS
-    return min(high, max(low, math.ceil(steps / 4)))
+    block = min(high, max(low, math.ceil(steps / 4)))
+    return block if steps >= 2 * block else 0
 
 
 def _shape(x: ov.Output) -> list[int]:
@@ -257,62 +260,93 @@ _Q_PROJ_W, _Q_PREV_OUT, _Q_PREV_CELL, _Q_LN = 16, 18, 19, (20, 21, 22, 23)
 _Q_CELL_CLIP, _Q_INTER, _Q_HIDDEN_ZP, _Q_HIDDEN_SCALE = 24, (26, 27, 28, 29), 30, 31
 
 
-@lowers(Op.QUANTIZED_LSTM, types=(Q8AS,))
-def quantized_lstm(ctx: OpContext, xs):
-    has = ctx.has_input
-    if any(has(i) for i in (*_Q_PEEP, *_Q_LN, _Q_PROJ_W)):
-        raise Unsupported("QUANTIZED_LSTM with peepholes, layer normalization or projection")
-    cifg = not has(_Q_IN_W[0])
-    t = ctx.inputs
-    inter = [np.float32(scalar(ctx, i)) for i in _Q_INTER]  # TODO(resolver)
-    cell_clip = np.float32(scalar(ctx, _Q_CELL_CLIP))
-    hidden_zp = ((int(scalar(ctx, _Q_HIDDEN_ZP)) & 0xFF) ^ 0x80) - 0x80  # read as int8, as Android does
-    hidden_scale = np.float32(scalar(ctx, _Q_HIDDEN_SCALE))
-    cell_scale = np.float32(t[_Q_PREV_CELL].scale)
-    c_prev = xs[_Q_PREV_CELL].node
+class _QuantizedCell:
+    """One QUANTIZED_LSTM operation's cell (its weights, scales and clips read once), stepped on real
+    values: the products of the step's input with its input weights, the previous output and cell."""
 
-    gates = [g for g in range(4) if not (g == 0 and cifg)]
+    def __init__(self, ctx: OpContext) -> None:
+        has = ctx.has_input
+        if any(has(i) for i in (*_Q_PEEP, *_Q_LN, _Q_PROJ_W)):
+            raise Unsupported("QUANTIZED_LSTM with peepholes, layer normalization or projection")
+        self.ctx = ctx
+        self.cifg = not has(_Q_IN_W[0])
+        t = ctx.inputs
+        self.inter = [np.float32(scalar(ctx, i)) for i in _Q_INTER]  # TODO(resolver)
+        cell_clip = np.float32(scalar(ctx, _Q_CELL_CLIP))
+        self.hidden_zp = ((int(scalar(ctx, _Q_HIDDEN_ZP)) & 0xFF) ^ 0x80) - 0x80  # read as int8, as Android does
+        self.hidden_scale = np.float32(scalar(ctx, _Q_HIDDEN_SCALE))
+        cell_scale = np.float32(t[_Q_PREV_CELL].scale)
+        self.gates = [g for g in range(4) if not (g == 0 and self.cifg)]
+        self.n_units = t[_Q_IN_W[1]].dims[0]
+        self.w_in, self.w_rec = self._stacked(_Q_IN_W), self._stacked(_Q_REC_W)
+        self.limit = float(32767 * cell_scale)
+        if cell_clip > 0:
+            q_clip = int(min(max(cell_clip / cell_scale, np.float32(-32768)), np.float32(32767)))
+            if q_clip > 0:
+                self.limit = min(self.limit, float(q_clip * cell_scale))
 
-    def stacked(positions) -> np.ndarray:
+    def _stacked(self, positions) -> np.ndarray:
         """The gates' weights stacked [G*U, K] as real values, each times its gate's factor
         2^-12 / intermediate scale (so the product reads directly as the Q3.12 pre-activation)."""
         parts = []
-        for g in gates:
-            w = t[positions[g]]
+        for g in self.gates:
+            w = self.ctx.inputs[positions[g]]
             if w.value is None:
                 raise Unsupported("QUANTIZED_LSTM with weights the request supplies")
-            parts.append(dequantized_array(w) * (np.float32(2.0 ** -12) / inter[g]))
+            parts.append(dequantized_array(w) * (np.float32(2.0 ** -12) / self.inter[g]))
         return np.ascontiguousarray(np.concatenate(parts, axis=0), np.float32)
 
+    @staticmethod
     def product(v: Value, w: np.ndarray):
         if v.is_constant:  # folded here (OpenVINO's pipeline fails on a MatMul of two constants)
             return constant(np.ascontiguousarray(v.array @ w.T, np.float32))
         return out(ops.matmul(v.node, constant(w), False, True))
 
-    # The int16 accumulators of every gate at once, saturated, read as Q3.12.
-    acc = ops.add(product(xs[0], stacked(_Q_IN_W)), product(xs[_Q_PREV_OUT], stacked(_Q_REC_W)))
-    acc = ops.clamp(acc, -8.0, float(np.float32(32767 * 2.0 ** -12)))
-    n_units = t[_Q_IN_W[1]].dims[0]
-    parts = ops.variadic_split(acc, i64(1), i64([n_units] * len(gates)))
-    pre = {g: parts.output(k) for k, g in enumerate(gates)}
-    forget = out(ops.sigmoid(pre[1]))
-    modulation = out(ops.tanh(pre[2]))
-    input_gate = out(ops.subtract(f32(1.0), forget)) if cifg else out(ops.sigmoid(pre[0]))
-    cell = ops.add(ops.multiply(forget, c_prev), ops.multiply(input_gate, modulation))
-    limit = float(32767 * cell_scale)
-    if cell_clip > 0:
-        q_clip = int(min(max(cell_clip / cell_scale, np.float32(-32768)), np.float32(32767)))
-        if q_clip > 0:
-            limit = min(limit, float(q_clip * cell_scale))
-    cell = out(ops.clamp(cell, -limit, limit))
-    output_gate = out(ops.sigmoid(pre[3]))
-    hidden = ops.divide(ops.multiply(output_gate, ops.tanh(cell)), f32(hidden_scale))
-    hidden = ops.clamp(ops.subtract(ops.round(hidden, "half_away_from_zero"), f32(hidden_zp)), -128.0, 127.0)
+    def step(self, x_product, h_prev: Value, c_prev) -> tuple:
+        """(the int8 hidden values, the cell state) after one step."""
+        # The int16 accumulators of every gate at once, saturated, read as Q3.12.
+        acc = ops.add(x_product, self.product(h_prev, self.w_rec))
+        acc = ops.clamp(acc, -8.0, float(np.float32(32767 * 2.0 ** -12)))
+        parts = ops.variadic_split(acc, i64(-1), i64([self.n_units] * len(self.gates)))
+        pre = {g: parts.output(k) for k, g in enumerate(self.gates)}
+        forget = out(ops.sigmoid(pre[1]))
+        modulation = out(ops.tanh(pre[2]))
+        input_gate = out(ops.subtract(f32(1.0), forget)) if self.cifg else out(ops.sigmoid(pre[0]))
+        cell = ops.add(ops.multiply(forget, c_prev), ops.multiply(input_gate, modulation))
+        cell = out(ops.clamp(cell, -self.limit, self.limit))
+        output_gate = out(ops.sigmoid(pre[3]))
+        hidden = ops.divide(ops.multiply(output_gate, ops.tanh(cell)), f32(self.hidden_scale))
+        hidden = ops.clamp(ops.subtract(ops.round(hidden, "half_away_from_zero"), f32(self.hidden_zp)), -128.0, 127.0)
+        return hidden, cell
 
-    def as_output(k: int):  # the int8 hidden values, held raw by output k
-        o = ctx.outputs[k]
+    def output(self, hidden, k: int):
+        """Output `k` (0 or 2): the int8 hidden values, held raw."""
+        o = self.ctx.outputs[k]
         return out(ops.multiply(ops.subtract(hidden, f32(o.zero_point)), f32(np.float32(o.scale))))
-    return [as_output(0), cell, as_output(2)]
 
 
-__all__ = ["quantized_lstm", "sequence_lstm"]
+@lowers(Op.QUANTIZED_LSTM, types=(Q8AS,))
+def quantized_lstm(ctx: OpContext, xs):
+    cell = _QuantizedCell(ctx)
+    hidden, c = cell.step(cell.product(xs[0], cell.w_in), xs[_Q_PREV_OUT], xs[_Q_PREV_CELL].node)
+    return [cell.output(hidden, 0), c, cell.output(hidden, 2)]
+
+
+def quantized_lstm_sequence(ctx: OpContext, xs: list, sequence: ov.Output) -> tuple[ov.Output, ov.Output, ov.Output]:
+    """QUANTIZED_LSTM `ctx` (its inputs `xs`) stepped over time-major `sequence` [T, B, I] of its input,
+    from its previous output and cell (`_scan`), each step's outputs on their grids as the operation's
+    would be: (the output sequence [T, B, O], the last output state, the last cell state)."""
+    cell = _QuantizedCell(ctx)
+    x_products = out(ops.matmul(sequence, constant(cell.w_in), False, True))  # [T, B, G*U], every step at once
+    h_t, c_t, o_t = ctx.outputs
+
+    def step(x_t: list, state: list, v: dict) -> tuple[list, list]:
+        hidden, c = cell.step(x_t[0], Value(state[0]), state[1])
+        return ([fake_quantize(cell.output(hidden, 0), h_t), fake_quantize(c, c_t)],
+                [fake_quantize(cell.output(hidden, 2), o_t)])
+
+    (seq,), (h, c) = _scan([x_products], [xs[_Q_PREV_OUT].node, xs[_Q_PREV_CELL].node], {}, step, 1)
+    return seq, h, c
+
+
+__all__ = ["quantized_lstm", "quantized_lstm_sequence", "sequence_lstm"]
