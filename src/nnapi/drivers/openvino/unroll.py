@@ -126,40 +126,24 @@ def _unrolled(model: Model, reader: ConstantReader, op: Operation, operands: lis
         blocks = _add(operands, Operand(OperandType.SUBGRAPH, lifetime=L.SUBGRAPH,
                                         location=DataLocation(0, len(referenced) - 1, 0)))
         return [Operation(Op.WHILE, (op.inputs[0], blocks, *op.inputs[2:]), op.outputs)]
-    copies: list[Operation] = []
-    shared: dict[int, int] = {}  # the body's constants, added once
-    for trip in range(trips):
-        mapping = dict(zip(body.input_indexes, args))
-        if trip == trips - 1:
-            mapping.update(zip(finals, op.outputs))
-        for step in body.operations:
-            for i in (*step.inputs, *step.outputs):
-                if i in mapping:
-                    continue
-                operand = body.operands[i]
-                if operand.lifetime in (*_CONSTANT, L.NO_VALUE):
-                    if i not in shared:
-                        shared[i] = _add(operands, dataclasses.replace(operand, number_of_consumers=0))
-                    mapping[i] = shared[i]
-                else:
-                    mapping[i] = _add(operands, dataclasses.replace(
-                        operand, number_of_consumers=0, lifetime=L.TEMPORARY_VARIABLE))
-            copies.append(Operation(step.type, tuple(mapping[i] for i in step.inputs),
-                                    tuple(mapping[i] for i in step.outputs)))
-        args = [mapping[body.output_indexes[p]] if p < carried else a for p, a in enumerate(args)]
+    copies, _ = _copies(body, carried, args, trips, operands, last=dict(zip(finals, op.outputs)))
     return copies
 
 
-def _repeated(body: Subgraph, carried: int, times: int) -> Subgraph:
-    """`body` `times` over, as one subgraph of the same inputs and outputs: each copy's carried
-    outputs are the next one's inputs, the input-only values stay the subgraph's inputs."""
-    operands: list[Operand] = []
-    inputs = [_add(operands, dataclasses.replace(body.operands[i], number_of_consumers=0)) for i in body.input_indexes]
-    operations: list[Operation] = []
-    shared: dict[int, int] = {}  # the body's constants, added once
-    current, outputs = list(inputs), list(inputs)
-    for copy in range(times):
-        mapping = dict(zip(body.input_indexes, current))
+def _copies(body: Subgraph, carried: int, args: list[int], times: int, operands: list[Operand], *,
+            last: dict[int, int] | None = None, keep_outputs: bool = False) -> tuple[list[Operation], list[int]]:
+    """`times` copies of `body`'s operations, the first on `args`, each next one on the carried outputs
+    of the one before (input-only values stay `args`), their operands appended to `operands` (the
+    body's constants once): the operations and the last copy's outputs. The last copy writes the
+    operands `last` maps body operands to; with `keep_outputs` its outputs stay subgraph outputs."""
+    copies: list[Operation] = []
+    shared: dict[int, int] = {}
+    mapping: dict[int, int] = {}
+    for trip in range(times):
+        final = trip == times - 1
+        mapping = dict(zip(body.input_indexes, args))
+        if final and last:
+            mapping.update(last)
         for step in body.operations:
             for i in (*step.inputs, *step.outputs):
                 if i in mapping:
@@ -170,13 +154,20 @@ def _repeated(body: Subgraph, carried: int, times: int) -> Subgraph:
                         shared[i] = _add(operands, dataclasses.replace(operand, number_of_consumers=0))
                     mapping[i] = shared[i]
                 else:
-                    last = copy == times - 1 and operand.lifetime == L.SUBGRAPH_OUTPUT
+                    kept = final and keep_outputs and operand.lifetime == L.SUBGRAPH_OUTPUT
                     mapping[i] = _add(operands, dataclasses.replace(
-                        operand, number_of_consumers=0, lifetime=L.SUBGRAPH_OUTPUT if last else L.TEMPORARY_VARIABLE))
-            operations.append(Operation(step.type, tuple(mapping[i] for i in step.inputs),
-                                        tuple(mapping[i] for i in step.outputs)))
-        outputs = [mapping[i] for i in body.output_indexes]
-        current = [outputs[p] if p < carried else a for p, a in enumerate(current)]
+                        operand, number_of_consumers=0, lifetime=L.SUBGRAPH_OUTPUT if kept else L.TEMPORARY_VARIABLE))
+            copies.append(Operation(step.type, tuple(mapping[i] for i in step.inputs),
+                                    tuple(mapping[i] for i in step.outputs)))
+        args = [mapping[body.output_indexes[p]] if p < carried else a for p, a in enumerate(args)]
+    return copies, [mapping[i] for i in body.output_indexes]
+
+
+def _repeated(body: Subgraph, carried: int, times: int) -> Subgraph:
+    """`body` `times` over, as one subgraph of the same inputs and outputs (`_copies`)."""
+    operands: list[Operand] = []
+    inputs = [_add(operands, dataclasses.replace(body.operands[i], number_of_consumers=0)) for i in body.input_indexes]
+    operations, outputs = _copies(body, carried, inputs, times, operands, keep_outputs=True)
     for step in operations:
         for i in step.inputs:
             operands[i].number_of_consumers += 1
