@@ -260,7 +260,7 @@ def lower_graph(model: Model, sub, dims, reader: ConstantReader, values: dict[in
         if n < done:
             continue
         chain = chains.get(n)
-        if chain is not None and lower_chain(model, sub, chain, context, inputs, values, unrounded):
+        if chain is not None and lower_chain(sub, chain, context, inputs, values, unrounded):
             done = chain.concat + 1
             continue
         ctx = context(n)

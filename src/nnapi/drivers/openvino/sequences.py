@@ -17,7 +17,7 @@ from typing import Callable
 
 from .backend import ops
 
-from ...hal import Model, OperationType as Op, Subgraph
+from ...hal import OperationType as Op, Subgraph
 from ...ops import OpContext
 from .lowering import Unsupported, Value, fake_quantize, i64, out
 from .rules.recurrent import UNROLLED_STEPS, quantized_lstm_sequence
@@ -40,12 +40,8 @@ class Chain:
 
 def find_chains(sub: Subgraph) -> dict[int, Chain]:
     """The chains of `sub` of more than `UNROLLED_STEPS` steps, by the index of their SPLIT."""
-    consumers = [0] * len(sub.operands)
-    for op in sub.operations:
-        for i in op.inputs:
-            consumers[i] += 1
-    for i in sub.output_indexes:
-        consumers[i] += 1
+    outputs = set(sub.output_indexes)
+    consumers = [o.number_of_consumers + (i in outputs) for i, o in enumerate(sub.operands)]  # (validated)
     chains, n = {}, 0
     while n < len(sub.operations):
         chain = _chain_at(sub, n, consumers)
@@ -87,7 +83,7 @@ def _chain_at(sub: Subgraph, n: int, consumers: list[int]) -> Chain | None:
     return Chain(n, steps)
 
 
-def lower_chain(model: Model, sub: Subgraph, chain: Chain, context: Callable[[int], OpContext],
+def lower_chain(sub: Subgraph, chain: Chain, context: Callable[[int], OpContext],
                 inputs: Callable[..., list[Value | None]], values: dict[int, Value],
                 unrounded: dict[int, tuple] | None) -> bool:
     """Lower `chain` into `values` (every operand it computes that is read later: the output sequence,

@@ -6,7 +6,8 @@ a longer one becomes a TensorIterator whose body is a block of `_block_steps` un
 steps left over unrolled after it. Unrolled, every step is nodes that a cached start pays to import
 (about 0.2 ms each: lstm_text_f32's 32 steps in two layers were 0.36 s of its start); a one-step body
 pays a dispatch per iteration (7 us a step here, 1.9x the unrolled run). Blocks of 8 to 16 steps take
-the import to a seventh and cost the run 10-20%.
+the import to a seventh and cost the run 17-31% (`benchmarks/loops.py`); `lowering.LOOPS` "unrolled"
+(SUSTAINED_SPEED) keeps every step unrolled.
 
 The RNNs: h = activation(x W^T + b + h R^T), the input projections of every step in one MatMul.
 
@@ -24,9 +25,10 @@ normalization. Peepholes, layer normalization and projection are not lowered (no
 """
 from __future__ import annotations
 
-import numpy as np
 import math
-from typing import Callable, Sequence
+from typing import Callable
+
+import numpy as np
 
 from ..backend import ov, ops
 
@@ -40,9 +42,9 @@ UNROLLED_STEPS = 8
 #: The steps of a TensorIterator's body: about a quarter of the sequence, within these bounds.
 BLOCK_STEPS = (8, 16)
 
-#: One time step: (the step's slices of the sequences, the state, the invariants) -> (the new state,
-#: the step's outputs, each to be stacked over time).
-Step = Callable[[list, list, dict], tuple[list, list]]
+#: One time step: (the step's slice of the sequence, the state, the invariants) -> (the new state, the
+#: step's output, to be stacked over time).
+Step = Callable[[ov.Output, list, dict], tuple[list, ov.Output]]
 
 
 def _block_steps(steps: int) -> int:
@@ -60,59 +62,54 @@ def _shape(x: ov.Output) -> list[int]:
     return list(x.get_partial_shape().to_shape())
 
 
-def _unrolled(sequences: list, state: list, invariants: dict, step: Step, times: range,
-              stacked: list[list]) -> list:
+def _unrolled(sequence: ov.Output, state: list, invariants: dict, step: Step, times: range,
+              stacked: list) -> list:
     """`step` at each time of `times` in the graph being built, its outputs appended to `stacked`."""
     for t in times:
-        state, outputs = step([out(ops.gather(x, i64(t), i64(0))) for x in sequences], state, invariants)
-        for k, o in enumerate(outputs):
-            stacked[k].append(out(ops.unsqueeze(o, i64(0))))
+        state, output = step(out(ops.gather(sequence, i64(t), i64(0))), state, invariants)
+        stacked.append(out(ops.unsqueeze(output, i64(0))))
     return state
 
 
-def _scan(sequences: Sequence[ov.Output], state: Sequence[ov.Output], invariants: dict, step: Step,
-          n_outputs: int, *, reverse: bool = False) -> tuple[list, list]:
-    """`step` over time-major `sequences` [T, ...] from `state` (backwards with `reverse`): the outputs
+def _scan(sequence: ov.Output, state: list, invariants: dict, step: Step, *,
+          reverse: bool = False) -> tuple[ov.Output, list]:
+    """`step` over time-major `sequence` [T, ...] from `state` (backwards with `reverse`): its outputs
     stacked [T, ...] and the final state. `invariants` are the values every step reads; a step reads
     them from its argument only (in a TensorIterator's body they are the body's parameters)."""
-    sequences, state = list(sequences), list(state)
-    steps = _shape(sequences[0])[0]
-    if reverse:  # (backwards is forwards over the sequences reversed, its outputs reversed back)
+    steps = _shape(sequence)[0]
+    if reverse:  # (backwards is forwards over the sequence reversed, its outputs reversed back)
         order = i64(list(range(steps - 1, -1, -1)))
-        sequences = [out(ops.gather(x, order, i64(0))) for x in sequences]
-    stacked: list[list] = [[] for _ in range(n_outputs)]
+        sequence = out(ops.gather(sequence, order, i64(0)))
+    stacked: list = []
     block = _block_steps(steps)
     done = 0
     if block:
         done = steps - steps % block
-        heads = [x if done == steps else out(ops.slice(x, i64([0]), i64([done]), i64([1]), i64([0])))
-                 for x in sequences]
+        head = sequence if done == steps else out(ops.slice(sequence, i64([0]), i64([done]), i64([1]), i64([0])))
         with sharing_constants():  # (the body is a graph of its own)
-            params_x = [ops.parameter([block] + _shape(x)[1:], x.get_element_type()) for x in heads]
+            param_x = ops.parameter([block] + _shape(head)[1:], head.get_element_type())
             params_s = [ops.parameter(_shape(v), v.get_element_type()) for v in state]
             params_i = {k: ops.parameter(_shape(v), v.get_element_type()) for k, v in invariants.items()}
-            inner: list[list] = [[] for _ in range(n_outputs)]
-            new_state = _unrolled([p.output(0) for p in params_x], [p.output(0) for p in params_s],
+            inner: list = []
+            new_state = _unrolled(param_x.output(0), [p.output(0) for p in params_s],
                                   {k: p.output(0) for k, p in params_i.items()}, step, range(block), inner)
             results_s = [ops.result(v) for v in new_state]
-            results_o = [ops.result(ops.concat(o, 0)) for o in inner]
-            body = ov.Model(results_s + results_o, params_x + params_s + list(params_i.values()))
+            result_o = ops.result(ops.concat(inner, 0))
+            body = ov.Model(results_s + [result_o], [param_x, *params_s, *params_i.values()])
         loop = ops.tensor_iterator()
         loop.set_body(body)
-        for p, x in zip(params_x, heads):
-            loop.set_sliced_input(p, x, 0, block, block, -1, 0)
+        loop.set_sliced_input(param_x, head, 0, block, block, -1, 0)
         for p, v, r in zip(params_s, state, results_s):
             loop.set_merged_input(p, v, r.output(0))
         for k, p in params_i.items():
             loop.set_invariant_input(p, invariants[k])
         state = [loop.get_iter_value(r.output(0), -1) for r in results_s]
-        for k, r in enumerate(results_o):
-            stacked[k].append(loop.get_concatenated_slices(r.output(0), 0, block, block, -1, 0))
-    state = _unrolled(sequences, state, invariants, step, range(done, steps), stacked)
-    seqs = [out(ops.concat(parts, 0)) if len(parts) > 1 else parts[0] for parts in stacked]
+        stacked.append(loop.get_concatenated_slices(result_o.output(0), 0, block, block, -1, 0))
+    state = _unrolled(sequence, state, invariants, step, range(done, steps), stacked)
+    seq = out(ops.concat(stacked, 0)) if len(stacked) > 1 else stacked[0]
     if reverse:
-        seqs = [out(ops.gather(x, order, i64(0))) for x in seqs]
-    return seqs, state
+        seq = out(ops.gather(seq, order, i64(0)))
+    return seq, state
 
 def _cell_activation(x, code: int):
     """Android's ActivationFn for the cell input and output."""
@@ -175,8 +172,8 @@ def sequence_lstm(ctx: OpContext, xs):
             value = out(ops.add(ops.multiply(_normalize(value), v[f"norm{k}"]), v[f"bias{k}"]))
         return value
 
-    def step(x_t: list, state: list, v: dict) -> tuple[list, list]:
-        (xw_t,), (h, c) = x_t, state
+    def step(xw_t: ov.Output, state: list, v: dict) -> tuple[list, ov.Output]:
+        h, c = state
         pre = out(ops.add(xw_t, ops.matmul(h, v["w_rec"], False, True)))
         parts = ops.variadic_split(pre, i64(1), i64(sizes))
         g_pre = {k: parts.output(n) for n, k in enumerate(gates)}
@@ -195,9 +192,9 @@ def sequence_lstm(ctx: OpContext, xs):
                 h = out(ops.add(h, v["projection_bias"]))
             if cell.proj_clip > 0.0:
                 h = out(ops.clamp(h, -cell.proj_clip, cell.proj_clip))
-        return [h, c], [h]
+        return [h, c], h
 
-    (seq,), (h, c) = _scan([xw], [xs[ix.output_state_in].node, xs[ix.cell_state_in].node], inv, step, 1)
+    seq, (h, c) = _scan(xw, [xs[ix.output_state_in].node, xs[ix.cell_state_in].node], inv, step)
     result = [Value(seq, None if g.time_major else (1, 0, 2))]  # [T, B, O]
     if len(ctx.outputs) == 3:
         result += [h, c]
@@ -210,11 +207,11 @@ def _rnn_steps(x, h, w, r, b, act: int, *, aux=None, aux_w=None, reverse: bool =
     if aux is not None:
         xw = out(ops.add(xw, ops.matmul(aux, aux_w, False, True)))
 
-    def step(x_t: list, state: list, v: dict) -> tuple[list, list]:
-        h = _cell_activation(out(ops.add(x_t[0], ops.matmul(state[0], v["r"], False, True))), act)
-        return [h], [h]
+    def step(x_t: ov.Output, state: list, v: dict) -> tuple[list, ov.Output]:
+        h = _cell_activation(out(ops.add(x_t, ops.matmul(state[0], v["r"], False, True))), act)
+        return [h], h
 
-    (seq,), (h,) = _scan([xw], [h], {"r": r}, step, 1, reverse=reverse)
+    seq, (h,) = _scan(xw, [h], {"r": r}, step, reverse=reverse)
     return seq, h
 
 
@@ -340,12 +337,12 @@ def quantized_lstm_sequence(ctx: OpContext, xs: list, sequence: ov.Output) -> tu
     x_products = out(ops.matmul(sequence, constant(cell.w_in), False, True))  # [T, B, G*U], every step at once
     h_t, c_t, o_t = ctx.outputs
 
-    def step(x_t: list, state: list, v: dict) -> tuple[list, list]:
-        hidden, c = cell.step(x_t[0], Value(state[0]), state[1])
+    def step(x_t: ov.Output, state: list, v: dict) -> tuple[list, ov.Output]:
+        hidden, c = cell.step(x_t, Value(state[0]), state[1])
         return ([fake_quantize(cell.output(hidden, 0), h_t), fake_quantize(c, c_t)],
-                [fake_quantize(cell.output(hidden, 2), o_t)])
+                fake_quantize(cell.output(hidden, 2), o_t))
 
-    (seq,), (h, c) = _scan([x_products], [xs[_Q_PREV_OUT].node, xs[_Q_PREV_CELL].node], {}, step, 1)
+    seq, (h, c) = _scan(x_products, [xs[_Q_PREV_OUT].node, xs[_Q_PREV_CELL].node], {}, step)
     return seq, h, c
 
 
