@@ -17,7 +17,7 @@ import pytest
 
 import nnapi
 from nnapi import OperandType as T, OperationType as Op
-from nnapi.drivers.base import (Claims, CompileJob, DriverDevice, LoweringTable, NativeCall, Option, Stages,
+from nnapi.drivers.base import (ClaimMemo, Claims, CompileJob, DriverDevice, LoweringTable, NativeCall, Option, Stages,
                                 VerifiedContent, import_with_env, interface_model, io_of, once, raise_failed_check,
                                 run_native)
 from nnapi.hal import ErrorStatus, NnError
@@ -295,6 +295,24 @@ def test_the_claim_analysis_reaches_the_compile_of_the_same_model_once():
     device.prepare_model(model)  # the analysis left is another model's: none (and it is dropped)
     device.prepare_model(other)
     assert device.analyses == [("analysis of", 2), None, None, None]
+
+
+def test_the_claim_memo_keeps_about_its_most_recent_rows_per_driver_version(tmp_path, monkeypatch):
+    import sqlite3
+    from nnapi.drivers.base import shared
+    monkeypatch.setenv("NNAPI_STATE_DIR", str(tmp_path))
+    memo = ClaimMemo("memo-test", "1", max_rows=10)
+    other = ClaimMemo("memo-test", "2", max_rows=10)
+    other.put(b"other version", [True])
+    for k in range(200):
+        memo.put(b"model %d" % k, [k % 2 == 0, True])
+        time.sleep(0.0005)  # (distinct last_used times)
+    rows = sqlite3.connect(tmp_path / "claims.sqlite3").execute(
+        "SELECT COUNT(*) FROM claims WHERE driver = 'memo-test' AND version = '1'").fetchone()[0]
+    assert 10 <= rows < 10 + shared.PRUNE_EVERY
+    assert memo.get(b"model 199") == [False, True] and memo.get(b"model 198") == [True, True]
+    assert memo.get(b"model 0") is None and memo.get(b"model 100") is None
+    assert other.get(b"other version") == [True]  # another version's rows are its own
 
 
 def test_a_plain_exception_in_compile_reaches_the_caller_as_general_failure():
