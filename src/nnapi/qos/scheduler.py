@@ -16,7 +16,8 @@ up with MISSED_DEADLINE_TRANSIENT.
 Granting (a bounded number of `workers` slots): apps are identified by the caller's uid (Q5). Within an app,
 higher priority first and first-come first-served within a priority; between apps, the app that has used the
 least running time so far (start-time fair queuing: an app that becomes active starts at the least virtual time
-of the active apps, so idling banks no credit).
+of the active apps, so idling banks no credit); short work of an app that is behind starts on a slot lent by an
+app ahead of it, which is held while that work runs (`holds`).
 
 Running work calls `checkpoint()` between units of work (operations in the reference interpreter,
 sub-models in a compiling driver). Work that outranks running work of its own app does not wait
@@ -57,6 +58,7 @@ from typing import Callable, TypeVar
 from .. import tracing as trace
 from ..hal import ClientId, ErrorStatus, NnError, Priority
 from .estimate import DurationStats
+from .holds import Holds
 from .shares import owed_ratio
 from .ticket import (DONE, QUEUED, RUNNING, AppQueue, Ticket, checkpoint, current, format_ms,  # noqa: F401
                      normalize_deadline)
@@ -98,15 +100,8 @@ class Scheduler:
         self.fifo = policy == "fifo"
         self.policy = policy
         self.quantum_ns = None if self.fifo else quantum_ns
-        #: Cross-app lending (`_lend_across_apps`): how far ahead another app must be, the head start
-        #: an app gets when it becomes active, and how long the apps it paused stay paused after its
-        #: work (`_held`); all off without a quantum.
-        self.fair_lag_ns = (self.quantum_ns or 0) // 4
+        #: The head start an app gets when it becomes active (off without a quantum).
         self.wake_credit_ns = (self.quantum_ns or 0) // 2
-        self.grace_ns = (self.quantum_ns or 0) // 20
-        self._grace_app: AppQueue | None = None
-        self._grace_until = 0
-        self._hold_thread: threading.Thread | None = None  # ends graces, re-evaluates holds
         self.exclusive = exclusive and not self.fifo
         if not 0 <= share < 1:
             raise ValueError(f"a lower priority's share must be in [0, 1), not {share}")
@@ -119,7 +114,6 @@ class Scheduler:
         self.lock = threading.Lock()
         self._changed = threading.Condition(self.lock)  # a running ticket stopped (finished or paused)
         self._handing_off = 0  # threads waiting on `_changed` (`await_handoff`)
-        self._holds_changed = threading.Condition(self.lock)
         #: How long work started on a lent slot waits for the lender to pause (0: never waits; for
         #: drivers whose checkpoints are far apart, such as compiled sub-models).
         self.handoff_ns = handoff_ns
@@ -129,6 +123,10 @@ class Scheduler:
         self._free = self.workers
         self._apps: dict[int, AppQueue] = {}
         self._running: list[Ticket] = []
+        #: Cross-app lending and holds (`holds`): how far ahead another app must be, and how long the apps
+        #: an app that is behind paused stay paused after its work; off without a quantum.
+        self._holds = Holds(self.lock, self._running, (self.quantum_ns or 0) // 4, (self.quantum_ns or 0) // 20,
+                            name, self._regrant)
         self._queued = 0
         self._seq = itertools.count()
         self._grants = itertools.count(1)
@@ -184,7 +182,7 @@ class Scheduler:
                 return ticket
             if not app.queued and not app.running:  # it becomes active: no credit for idling, but
                 # (as a waking thread gets) a little, so short work of a light app need not queue
-                active = [self._vtime(a, now) for a in self._apps.values() if a is not app and (a.queued or a.running)]
+                active = [a.vtime_at(now) for a in self._apps.values() if a is not app and (a.queued or a.running)]
                 if active:
                     app.vtime = max(app.vtime, min(active) - self.wake_credit_ns)
             self._enqueue(ticket, now)
@@ -264,7 +262,7 @@ class Scheduler:
             best: tuple[int, int, AppQueue, Ticket] | None = None
             for app in self._apps.values():
                 top = self._eligible(app)
-                if top is not None and self._holding() and self._held(app, now):
+                if top is not None and self._holds.active() and self._holds.held(app, now):
                     continue
                 if top is not None and (best is None or (app.vtime, app.last_grant) < best[:2]):
                     best = (app.vtime, app.last_grant, app, top)
@@ -288,89 +286,22 @@ class Scheduler:
                 victim.lent = True
                 top.handoff = top.borrowed = victim
                 self._start(app, top, now)
-        if self._free <= 0 and self.fair_lag_ns:
-            self._lend_across_apps(now)
+        if self._free <= 0 and self._holds.lag_ns:
+            self._holds.lend(list(self._apps.values()), now, self._eligible,
+                             lambda app, top: self._start(app, top, now))
 
-    def _vtime(self, app: AppQueue, now: int) -> int:
-        """The app's fair-share clock, its running segments included."""
-        return app.vtime + sum(now - t.segment_start for t in app.running)
-
-    def _lend_across_apps(self, now: int) -> None:
-        """Fair shares for short work (Q5): an app with nothing running, waiting while another app is
-        ahead of it by more than `fair_lag_ns` of running time, starts at once on a slot lent by that
-        app's work, which pauses at its next checkpoint (priorities stay within each app, Q1). Long
-        work of apps that all keep running takes turns by the quantum instead."""
-        for app in list(self._apps.values()):
-            top = None if app.running else self._eligible(app)
-            if top is None:
-                continue
-            limit = app.vtime + self.fair_lag_ns
-            victims = [t for t in self._running if t.app is not app and not t.lent
-                       and self._vtime(t.app, now) > limit]
-            if not victims:
-                continue
-            victim = max(victims, key=lambda t: (self._vtime(t.app, now), -t.rank, t.seq))
-            victim.lent = True
-            top.handoff = top.borrowed = victim
-            self._start(app, top, now)  # (which finds it owed)
-
-    def _holding(self) -> bool:
-        """Whether work of an app that is behind runs (or has just run: `grace_ns`)."""
-        return self._grace_app is not None or any(t.owed for t in self._running)
-
-    def _begin_grace(self, app: AppQueue) -> None:
-        """`app`'s work on a lent slot ended: hold the apps it paused `grace_ns` longer (in real time)."""
-        self._grace_app, self._grace_until = app, time.monotonic_ns() + self.grace_ns
-        self._watch_holds()
-
-    def _watch_holds(self) -> None:
-        """Wake the thread that ends holds (started the first time; the lock is held)."""
-        if self._hold_thread is None or not self._hold_thread.is_alive():
-            self._hold_thread = threading.Thread(target=self._hold_loop, daemon=True, name=f"qos-{self.name}")
-            self._hold_thread.start()
-        self._holds_changed.notify()
-
-    def _hold_loop(self) -> None:
-        """While apps are held: end the grace when it is over, and every `fair_lag_ns` grant again what
-        is no longer held (work of a light app that runs long catches up, and then stops holding
-        the others: a hold never outlasts the fair share it makes up for)."""
-        with self.lock:
-            while True:
-                if not self._holding():
-                    self._holds_changed.wait()
-                    continue
-                wait = self.fair_lag_ns
-                if self._grace_app is not None:
-                    left = self._grace_until - time.monotonic_ns()
-                    if left <= 0:
-                        self._grace_app = None
-                    else:
-                        wait = min(wait, left)
-                if self._running or self._queued:
-                    self._dispatch(self.clock())
-                    self._update_flags()
-                self._holds_changed.wait(wait / 1e9)
-
-    def _held(self, app: AppQueue, now: int) -> bool:
-        """Whether `app` pauses (and is granted nothing) for an app it is ahead of by more than the lag:
-        while that app's work runs, and for `grace_ns` after, so its answer goes out before the apps
-        contend again for the CPUs and the interpreter lock (as an app's own priorities pause its
-        lower-priority work, Q1)."""
-        ahead = self._vtime(app, now) - self.fair_lag_ns
-        grace_app = self._grace_app
-        if grace_app is not None and grace_app is not app and self._vtime(grace_app, now) < ahead:
-            return True
-        return any(t.owed and t.app is not app and self._vtime(t.app, now) < ahead for t in self._running)
+    def _regrant(self) -> None:
+        """Grant and flag again (the holds' thread, while apps are held; the lock is held)."""
+        if self._running or self._queued:
+            self._dispatch(self.clock())
+            self._update_flags()
 
     def _start(self, app: AppQueue, ticket: Ticket, now: int) -> None:
         """Grant `ticket` a slot (the lock is held)."""
         self._unqueue(ticket, now)
         app.last_grant = next(self._grants)
-        if self.fair_lag_ns and not ticket.owed:  # behind the apps running now: they pause for it
-            limit = app.vtime + self.fair_lag_ns
-            ticket.owed = any(t.app is not app and self._vtime(t.app, now) > limit for t in self._running)
-            if ticket.owed:
-                self._watch_holds()
+        if not ticket.owed:  # behind the apps running now: they pause for it
+            ticket.owed = self._holds.owed(app, now)
         app.running.append(ticket)
         self._running.append(ticket)
         self._free -= 1
@@ -406,7 +337,7 @@ class Scheduler:
         if self.fifo:
             return
         waiting_apps = [a for a in self._apps.values() if self._eligible(a) is not None]
-        holding = self._holding()
+        holding = self._holds.active()
         now = self.clock()
         for t in self._running:
             app = t.app
@@ -414,11 +345,11 @@ class Scheduler:
             self._account(app, now)  # (a turn paid for ends)
             turn = levels.turn
             if t is turn:  # its own app's priorities wait for it (`shares`)
-                urgent = t.lent or (holding and self._held(app, now))
+                urgent = t.lent or (holding and self._holds.held(app, now))
             else:
                 top = app.top() if app.queued else None
                 urgent = t.lent or (top is not None and top.rank > t.rank) or (
-                    self.exclusive and app.top_running_rank() > t.rank) or (holding and self._held(app, now))
+                    self.exclusive and app.top_running_rank() > t.rank) or (holding and self._holds.held(app, now))
             if urgent:
                 if t.yield_at != 0 and t.preempt is not None:
                     try:  # native work without checkpoints: stop it now, it restarts when granted again
@@ -520,8 +451,8 @@ class Scheduler:
         with self.lock:
             now = self.clock()
             if ticket.state == RUNNING:
-                if ticket.owed and self.grace_ns:
-                    self._begin_grace(ticket.app)
+                if ticket.owed:
+                    self._holds.begin_grace(ticket.app)
                 self._stop(ticket, now)
             elif ticket.state == QUEUED:
                 self._unqueue(ticket, now)

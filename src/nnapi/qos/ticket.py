@@ -67,6 +67,10 @@ class AppQueue:
         self.last_grant = 0
         self.levels = Levels(now, ratio)
 
+    def vtime_at(self, now: int) -> int:
+        """The fair-share clock at `now`, the running segments included."""
+        return self.vtime + sum(now - t.segment_start for t in self.running)
+
     def push(self, ticket: "Ticket") -> None:
         """Queue `ticket` (the scheduler's lock is held)."""
         ticket.state = QUEUED
