@@ -18,6 +18,8 @@ from nnapi.conformance.vts.models import float_model
 
 from caching_kit import VersionedReference, reference
 
+pytestmark = pytest.mark.timing
+
 TOKEN = bytes(range(32))
 
 

@@ -14,6 +14,8 @@ from nnapi.caching import IntegrityRegistry, load_artifacts, registry as registr
 from nnapi.caching.artifacts import NOT_RECORDED
 from nnapi.hal import CacheHandles, NnError
 
+pytestmark = pytest.mark.timing
+
 MODEL = os.path.join(os.path.dirname(__file__), "..", "examples", "models", "face_detection_short_range.tflite")
 TOKEN = bytes(range(32))
 

@@ -24,6 +24,8 @@ from nnapi.conformance.vts.models import float_model
 
 from caching_kit import reference, compile_and_run_worker, engine_compile_worker, engine_worker
 
+pytestmark = pytest.mark.timing
+
 TESTS = os.path.dirname(os.path.abspath(__file__))
 TOKEN = bytes(range(32))
 SPAWN = multiprocessing.get_context("spawn")

@@ -13,6 +13,8 @@ import pytest
 
 from nnapi.drivers.base import calibration
 
+pytestmark = pytest.mark.timing
+
 
 class _Fake:
     """A timed model whose median time per round is read from a list."""

@@ -92,6 +92,7 @@ def test_xla_loop_program_is_cached(tmp_path):
     assert y.tolist() == [3000]
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("device", DEVICES)
 def test_while_loop_timeout_is_a_transient_deadline_miss(device):
     c = _compile(_while_model(), device)
@@ -155,6 +156,7 @@ def _step_loop_model() -> nnapi.Model:
     return m
 
 
+@pytest.mark.timing
 def test_xla_optimised_stage_of_a_loop_program_is_swapped_in():
     """Multi-stage compilation of a program whose loop never ends on zeros (what the optimised
     executable is warmed up with): the warm-up stops after one iteration, the optimised stage is
@@ -299,6 +301,7 @@ def _timed_endless(model: nnapi.Model, device: str, *, loop_timeout: float | Non
     return time.monotonic() - start
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("device", ALL_DEVICES)
 def test_nested_loops_end_by_their_loop_timeout_not_after_it(device):
     """A compiled run cannot be stopped, and nested loops cost the square of their budget: the next
@@ -307,6 +310,7 @@ def test_nested_loops_end_by_their_loop_timeout_not_after_it(device):
     assert _timed_endless(_nested_while_model(), device, loop_timeout=2.0) < 2.0 * 1.5
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("device", ALL_DEVICES)
 def test_loops_end_by_the_execution_deadline_before_their_loop_timeout(device):
     """A 1 s deadline and the default 2 s loop timeout: budgets are sized to the deadline, the sooner

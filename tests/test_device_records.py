@@ -10,6 +10,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.timing
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 LIST = textwrap.dedent("""

@@ -21,6 +21,8 @@ from nnapi.hal import (BufferDesc, BufferRole, DataLocation, ErrorStatus, Measur
 from nnapi.memory import allocate_ashmem, map_handle
 from nnapi.memory.domains import calling_client
 
+pytestmark = pytest.mark.timing
+
 DRIVERS = {"reference": lambda **kw: ReferenceDevice(**kw), "xla": lambda **kw: XlaDevice(optimize_after=0, **kw)}
 
 

@@ -26,6 +26,8 @@ from nnapi.runtime.cache_files import cache_paths, close_cache_files, open_cache
 from caching_kit import VersionedReference
 from test_hardening import add_model
 
+pytestmark = pytest.mark.timing
+
 TOKEN = bytes(range(32))
 X = np.ones(4096, np.float32)
 EXPECTED = 1 + np.arange(4096, dtype=np.float32)

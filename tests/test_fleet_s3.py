@@ -20,6 +20,8 @@ from nnapi.drivers.reference import ReferenceDevice
 from test_fleet import (EXPECTED, TAMPER_CASES, TOKEN, _driver, _free_port, _prepare, _published, _silent_server, _tamper,
                         check_fleet_ls_verify_prune, keys)  # noqa: F401 (keys: a fixture)
 
+pytestmark = pytest.mark.timing
+
 BUCKET = "nnapi-fleet"
 
 

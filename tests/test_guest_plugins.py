@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.timing
+
 PLUGIN = textwrap.dedent('''
     """Broken plug-ins for tests/test_guest_plugins.py: each claims to be the fastest device."""
     import dataclasses

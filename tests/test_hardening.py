@@ -165,6 +165,7 @@ def roi_align_model(width_ratio: int) -> nnapi.Model:
     return m
 
 
+@pytest.mark.timing
 def test_a_sampling_ratio_of_2_31_takes_no_memory_and_stops_at_the_deadline():
     """ROI_ALIGN's sampling ratio is any INT32: 2^31 - 1 once built (out, ratio) arrays of 16 GiB and
     more (found by `make fuzz`: the process was killed for memory); now the samples are taken one at
@@ -184,6 +185,7 @@ def test_a_sampling_ratio_of_2_31_takes_no_memory_and_stops_at_the_deadline():
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 256 << 10  # (KiB: under 256 MiB)
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("device", ["reference", "xla", "openvino"])
 def test_an_app_that_exits_with_an_execution_in_flight_exits_cleanly(device):
     """The app starts an execution and exits without waiting: the interpreter waits for it, as for
@@ -282,6 +284,7 @@ CONCURRENT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.timing
 def test_processes_compiling_one_model_at_once_never_report_rejected(tmp_path):
     import time
     cache = tmp_path / "cache"

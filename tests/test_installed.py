@@ -7,7 +7,11 @@ import subprocess
 import sys
 import zipfile
 
+import pytest
+
 from nnapi import installed
+
+pytestmark = pytest.mark.timing
 
 
 def _dist(folder, name: str, version: str, entry: str | None = None, suffix: str = ".dist-info") -> None:

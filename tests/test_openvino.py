@@ -371,6 +371,7 @@ def _heavy_model() -> nnapi.Model:
     return m
 
 
+@pytest.mark.timing
 def test_deadline_cancels_the_running_request(device):
     """A deadline that passes while the inference runs cancels its request: MISSED_DEADLINE_TRANSIENT
     long before the inference could have finished; the prepared model keeps working afterwards."""
@@ -515,19 +516,27 @@ def test_convert_model_still_converts_after_the_driver_imported_openvino():
 
 def test_plain_rounding_fallback_matches_reference():
     """The graph OpenVINO gets when its low-precision pipeline fails on a quantized pattern: Round /
-    Clamp instead of FakeQuantize, no int8 rewrite, the same results within one step."""
+    Clamp instead of FakeQuantize, no int8 rewrite. Each operation rounds within one step of the reference's,
+    so the ADD, three requantizations deep, is within two steps; the softmax after the FULLY_CONNECTED
+    (logits of scale 0.1) moves by at most p(1-p)*0.1 <= 0.025 per logit step, 6.4 of its 1/256 steps, plus
+    its own rounding: within 8. Models and inputs of several seeds, each the test's own (not the module's
+    generator, whose draws depend on which tests ran before)."""
     import openvino as ov
-    m = quant_net()
-    built = graph.build(m.to_hal(), rounding="plain")
-    assert "FakeQuantize" not in {op.get_type_name() for op in built.model.get_ordered_ops()}
-    compiled = ov.Core().compile_model(built.model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
-    x = RNG.integers(-128, 128, (1, 8, 8, 4)).astype(np.int8)
-    result = compiled.create_infer_request().infer([x])
-    want = _run(m, "reference", [x])
-    for k, w in enumerate(want):
-        got = result[compiled.output(k)]
-        assert got.dtype == w.dtype
-        assert np.abs(got.astype(np.int32) - w.astype(np.int32)).max() <= 1
+    for seed in range(3):
+        m = quant_net(rng=np.random.default_rng(seed))
+        built = graph.build(m.to_hal(), rounding="plain")
+        assert "FakeQuantize" not in {op.get_type_name() for op in built.model.get_ordered_ops()}
+        compiled = ov.Core().compile_model(built.model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+        request = compiled.create_infer_request()
+        rng = np.random.default_rng(100 + seed)
+        for _ in range(4):
+            x = rng.integers(-128, 128, (1, 8, 8, 4)).astype(np.int8)
+            result = request.infer([x])
+            softmax, added = _run(m, "reference", [x])
+            for k, (want, steps) in enumerate([(softmax, 8), (added, 2)]):
+                got = result[compiled.output(k)]
+                assert got.dtype == want.dtype
+                assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= steps, (seed, k)
 
 
 # --- control flow ------------------------------------------------------------------------------
@@ -554,6 +563,7 @@ def test_loop_budget_grows_until_the_loop_ends_and_is_kept():
     assert prepared._loop_budget.kept == kept
 
 
+@pytest.mark.timing
 def test_endless_loop_is_a_transient_deadline_miss_at_the_loop_timeout():
     from test_control_flow import _while_model
     c = nnapi.Compilation(_while_model(), devices=["openvino"]).finish()
@@ -569,6 +579,7 @@ def test_endless_loop_is_a_transient_deadline_miss_at_the_loop_timeout():
     assert time.monotonic() - start < 5
 
 
+@pytest.mark.timing
 def test_running_low_priority_inference_is_stopped_for_high_priority_work_and_restarts(monkeypatch):
     """Native inference has no checkpoints: the scheduler stops it (InferRequest.cancel) when
     higher-priority work of the app arrives, and it runs again from scratch afterwards (Q4), with the

@@ -10,11 +10,14 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import nnapi
 from nnapi.runtime import latency
 
 from test_hardening import add_model
+
+pytestmark = pytest.mark.timing
 
 APP = textwrap.dedent('''
     import json, sys

@@ -9,9 +9,12 @@ import sys
 
 import matplotlib.image
 import numpy as np
+import pytest
 
 from nnapi.cli import main, plot_bench
 from test_tflite_import import B, add_options, f32, write_model
+
+pytestmark = pytest.mark.timing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -13,6 +13,8 @@ import pytest
 from nnapi.hal import Priority
 from nnapi.qos import background
 
+pytestmark = pytest.mark.timing
+
 
 def _nice(tid: int) -> int:
     return os.getpriority(os.PRIO_PROCESS, tid)

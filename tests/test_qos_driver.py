@@ -21,6 +21,8 @@ from conftest import add_relu_model
 from qos_kit import (EXECUTORS, WAIT, FakeClock, Gate, chain_model, hal_request, patch_abs, patch_kernel,
                      run_async, run_fenced, run_sync)
 
+pytestmark = pytest.mark.timing
+
 FAST = ExecutionPreference.FAST_SINGLE_ANSWER
 NO_TIMING = 2**64 - 1
 MS = 1_000_000

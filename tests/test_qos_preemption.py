@@ -27,6 +27,8 @@ from nnapi.qos import Scheduler, current
 
 from qos_kit import WAIT, hal_request, run_sync
 
+pytestmark = pytest.mark.timing
+
 FAST = ExecutionPreference.FAST_SINGLE_ANSWER
 
 

@@ -19,6 +19,8 @@ from nnapi.runtime.devices import _make
 from conftest import CTS, add_relu_model
 from test_partitioner import AddOnlyDevice
 
+pytestmark = pytest.mark.timing
+
 MISSED_CODES = (ResultCode.MISSED_DEADLINE_TRANSIENT, ResultCode.MISSED_DEADLINE_PERSISTENT)
 
 

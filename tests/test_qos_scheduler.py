@@ -15,6 +15,8 @@ from nnapi.qos import DurationStats, Scheduler, checkpoint, current, normalize_d
 
 from qos_kit import WAIT, FakeClock
 
+pytestmark = pytest.mark.timing
+
 LOW, MEDIUM, HIGH = Priority.LOW, Priority.MEDIUM, Priority.HIGH
 MS = 1_000_000
 

@@ -17,6 +17,8 @@ from nnapi.qos.shares import Levels, owed_ratio
 
 from qos_kit import WAIT, FakeClock
 
+pytestmark = pytest.mark.timing
+
 LOW, MEDIUM, HIGH = Priority.LOW, Priority.MEDIUM, Priority.HIGH
 MS = 1_000_000
 

@@ -12,6 +12,8 @@ import pytest
 import nnapi
 from nnapi.hal import NnError
 
+pytestmark = pytest.mark.xdist_group("ray")
+
 ray = pytest.importorskip("ray")  # (the extra nnapi[ray]; `make` installs it)
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models")

@@ -16,6 +16,8 @@ from nnapi.memory import allocate_ashmem, map_handle
 
 from conftest import add_relu_model
 
+pytestmark = pytest.mark.timing
+
 
 @pytest.fixture
 def device() -> ReferenceDevice:

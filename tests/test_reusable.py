@@ -25,6 +25,8 @@ from conftest import add_relu_model
 from test_partitioner import AddOnlyDevice
 from test_service import service, services_dir  # noqa: F401  (fixtures: the served reference driver)
 
+pytestmark = pytest.mark.timing
+
 DEVICES = ["reference", "xla", "openvino"]
 RUNS = 6
 

@@ -20,6 +20,8 @@ from nnapi.validation import validate_model
 
 from conftest import fuzz_examples
 
+pytestmark = pytest.mark.timing
+
 
 def sample_model(pool: MemoryPool) -> Model:
     """in0 -RELU-> t1 -RELU6-> out0, out1 = OEM_OPERATION(t1, weight, act), plus an IF over two branches."""

@@ -23,7 +23,7 @@ from nnapi.service.codec import Encoder
 from test_service_security import APP_A, APP_B, binary_model, fork_as, run_as
 from test_service_security import service  # noqa: F401  (the module's own served reference driver)
 
-pytestmark = [pytest.mark.filterwarnings("ignore:os.fork"), pytest.mark.filterwarnings("ignore:This process"),
+pytestmark = [pytest.mark.timing, pytest.mark.filterwarnings("ignore:os.fork"), pytest.mark.filterwarnings("ignore:This process"),
               pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")]
 
 

@@ -22,6 +22,8 @@ from nnapi.service.wire import HEADER, MAGIC, FrameDecoder, frame, recv_chunk, s
 
 from conftest import add_relu_model
 
+pytestmark = pytest.mark.timing
+
 
 @pytest.fixture(scope="module")
 def service():

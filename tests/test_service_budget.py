@@ -36,7 +36,7 @@ from nnapi.service.wire import frame, send_frame
 from test_service_attacks import assert_served_as_usual, victim_latency
 from test_service_security import APP_A, APP_B, binary_model, fork_as, run_as
 
-pytestmark = [pytest.mark.filterwarnings("ignore:os.fork"), pytest.mark.filterwarnings("ignore:This process"),
+pytestmark = [pytest.mark.timing, pytest.mark.filterwarnings("ignore:os.fork"), pytest.mark.filterwarnings("ignore:This process"),
               pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another uid needs root")]
 
 

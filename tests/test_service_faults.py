@@ -19,6 +19,8 @@ from nnapi.service.cli import start
 
 from conftest import add_relu_model
 
+pytestmark = pytest.mark.timing
+
 X = np.array([1, -2, 3, -4], np.float32)
 Y = np.array([10, 20, -30, 40], np.float32)
 

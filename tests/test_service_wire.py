@@ -17,6 +17,8 @@ from nnapi.service.wire import (HEADER, MAGIC, MAX_BODY, MAX_FDS, FrameDecoder, 
 
 from conftest import add_relu_model
 
+pytestmark = pytest.mark.timing
+
 
 def _open_fds() -> int:
     return len(os.listdir("/proc/self/fd"))

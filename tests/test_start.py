@@ -9,6 +9,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.timing
+
 PROBE = """
 import json, sys
 import nnapi

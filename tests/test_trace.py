@@ -11,6 +11,8 @@ import nnapi
 from nnapi import OperandType as T, OperationType as Op
 from nnapi.drivers.reference import ReferenceDevice
 
+pytestmark = pytest.mark.timing
+
 
 def chain(n: int, size: int = 4) -> nnapi.Model:
     m = nnapi.Model()

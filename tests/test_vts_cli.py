@@ -10,8 +10,11 @@ import sys
 from typing import Iterator
 
 import numpy as np
+import pytest
 
 from conftest import CTS
+
+pytestmark = pytest.mark.timing
 
 
 def _vts(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:

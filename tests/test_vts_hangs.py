@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from nnapi.conformance import vts
 from nnapi.conformance.vts.core import Hangs
 
 from broken_drivers import NeverCallsBack, PrepareHangs
 from conftest import CTS
+
+pytestmark = pytest.mark.timing
 
 
 def test_callbacks_that_never_come_cost_one_timeout_and_then_fail_fast_naming_the_first_hang():

@@ -12,6 +12,8 @@ import pytest
 
 from conftest import CTS
 
+pytestmark = pytest.mark.xdist_group("ray")
+
 ray = pytest.importorskip("ray")  # (the extra nnapi[ray]; `make` installs it)
 
 TESTS = os.path.dirname(os.path.abspath(__file__))

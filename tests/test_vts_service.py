@@ -13,6 +13,8 @@ import pytest
 
 from conftest import CTS
 
+pytestmark = pytest.mark.timing
+
 
 @pytest.fixture
 def service(tmp_path):

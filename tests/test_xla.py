@@ -378,6 +378,7 @@ def test_tampered_executable_is_rejected_then_rewritten(tmp_path, conv, image):
     np.testing.assert_array_equal(hit.execute([image])[0], again.execute([image])[0])
 
 
+@pytest.mark.timing
 def test_multi_stage_swaps_in_the_optimised_executable_and_rewrites_the_cache(tmp_path, conv, image):
     device = xla_device(optimize_after=3)
     token = bytes([7] * 32)
@@ -398,6 +399,7 @@ def test_multi_stage_swaps_in_the_optimised_executable_and_rewrites_the_cache(tm
     np.testing.assert_array_equal(hit.execute([image])[0], optimised)
 
 
+@pytest.mark.timing
 def test_partitioning_puts_float_work_on_xla_and_the_rest_on_reference(monkeypatch, android_partitioning):
     """FULLY_CONNECTED (xla) -> TOPK_V2 (not lowered: reference) -> RELU (xla); the float ratio is
     pinned so the plan does not depend on how busy the machine was during the calibration."""
@@ -554,6 +556,7 @@ def test_memory_domain_state_stays_a_device_array_between_executions():
     np.testing.assert_allclose(final.array(np.float32, (1, n)), expected, rtol=1e-6, atol=1e-7)
 
 
+@pytest.mark.timing
 def test_a_reader_during_the_optimised_rewrite_waits_and_loads_the_new_cache(tmp_path, conv, image, monkeypatch):
     """C11: the background rewrite holds the exclusive lock over the registry record and both files;
     a compilation from the cache that starts while the rewrite is half-way through a file waits
