@@ -87,6 +87,7 @@ class _Binding:
     checkpoint = staticmethod(lambda where="": None)
 
 
+@pytest.mark.timing
 def test_a_native_call_that_can_be_waited_for_is_cancelled_at_the_deadline():
     done, cancelled = threading.Event(), []
     call = NativeCall(lambda: None, start=lambda: None, wait=lambda ms: done.wait(ms / 1000),
@@ -135,6 +136,67 @@ def test_run_all_gives_results_in_order_and_the_first_error():
         threads.run_all([lambda: 1, lambda: (_ for _ in ()).throw(ValueError("two"))], name="t").results()
 
 
+@pytest.mark.timing
+def test_submitted_work_reuses_an_idle_thread_in_a_fresh_context_by_its_name():
+    import contextvars
+    var: contextvars.ContextVar[str] = contextvars.ContextVar("floor_var", default="unset")
+    seen: list[tuple[int, str, str]] = []
+    done = threading.Event()
+
+    def work(tag: str) -> None:
+        seen.append((threading.get_ident(), threading.current_thread().name, var.get()))
+        var.set(tag)  # (must not reach the next work on the same thread)
+        done.set()
+
+    for k in range(3):
+        done.clear()
+        threads.submit(work, f"tag{k}", name=f"floor-work-{k}")
+        assert done.wait(10)
+        worker = next(t for t in threading.enumerate() if t.ident == seen[-1][0])
+        end = time.monotonic() + 10
+        while worker.name != threads.IDLE_NAME and time.monotonic() < end:  # (back in the pool)
+            time.sleep(0.005)
+        time.sleep(0.02)
+    assert len({ident for ident, _, _ in seen}) == 1  # one thread did all three
+    assert [name for _, name, _ in seen] == ["floor-work-0", "floor-work-1", "floor-work-2"]
+    assert [value for _, _, value in seen] == ["unset"] * 3
+    assert not any(t.name.startswith("floor-work-") for t in threading.enumerate())  # idle: renamed
+
+
+@pytest.mark.timing
+def test_submitted_work_is_let_go_of_once_done_while_its_thread_waits_for_more():
+    import weakref
+
+    class Held:
+        pass
+    held = Held()
+    ref = weakref.ref(held)
+    done = threading.Event()
+    threads.submit(lambda h: done.set(), held, name="floor-hold")
+    del held
+    assert done.wait(10)
+    end = time.monotonic() + threads.IDLE_S / 2  # (the thread waits in the pool meanwhile)
+    while ref() is not None and time.monotonic() < end:
+        time.sleep(0.01)
+    assert ref() is None
+
+
+def test_submitted_work_side_by_side_gets_a_thread_each():
+    both = threading.Barrier(2, timeout=10)
+    results: list[int] = []
+    finished = threading.Semaphore(0)
+
+    def work() -> None:
+        both.wait()  # (only passes when the two run at once)
+        results.append(threading.get_ident())
+        finished.release()
+
+    threads.submit(work, name="floor-pair")
+    threads.submit(work, name="floor-pair")
+    assert finished.acquire(timeout=10) and finished.acquire(timeout=10)
+    assert len(set(results)) == 2
+
+
 def test_the_optimised_stage_starts_after_its_runs_and_rewrites_the_cache_once():
     written = []
 
@@ -170,6 +232,7 @@ def test_the_default_version_is_made_of_the_identity_hooks():
     assert parts[2].startswith("cpu") and parts[3].startswith("src") and len(parts) == 4
 
 
+@pytest.mark.timing
 def test_the_compiling_drivers_keep_their_version_forms_and_calibrate_against_the_reference():
     from nnapi.drivers.openvino.device import OpenVinoDevice
     from nnapi.drivers.xla import XlaDevice

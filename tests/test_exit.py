@@ -12,6 +12,8 @@ import time
 
 import pytest
 
+pytestmark = pytest.mark.timing
+
 TESTS = os.path.dirname(__file__)
 
 DISCOVERY = textwrap.dedent('''
@@ -96,6 +98,26 @@ def test_driver_work_asked_for_once_the_process_exits_is_refused_by_name():
     out = subprocess.run([sys.executable, "-c", LATE_START], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "refused: late: the process is exiting: driver work is not started", out.stdout
+
+
+SUBMITTED = textwrap.dedent('''
+    import threading, time
+    from nnapi.qos import threads
+    ran = threading.Event()
+    def slow(tag):
+        time.sleep(0.5)
+        print("done", tag, flush=True)
+    threads.submit(lambda: print("first", flush=True), name="first")
+    time.sleep(0.2)  # (its thread waits in the pool now: the next work goes to it)
+    threads.submit(slow, "pooled", name="pooled")
+    threads.submit(slow, "new", name="new")
+''')
+
+
+def test_the_exit_waits_for_submitted_work_on_pooled_and_new_threads_alike():
+    out = subprocess.run([sys.executable, "-c", SUBMITTED], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert sorted(out.stdout.split("\n")[1:3]) == ["done new", "done pooled"], out.stdout
 
 
 SERVED_UNDER_LOAD = textwrap.dedent('''

@@ -8,10 +8,17 @@ signals for ever. So every such thread is started here (`start`): a daemon threa
 stop (its `stop` callback, once `exiting()` is true) and waited for, at most `EXIT_WAIT_S` in all,
 when the process exits: before the interpreter finalizes, and before the exit handlers of the backends
 (registered earlier: each start registers ours again, so it runs first).
+
+Short work (an execution started asynchronously, a bounded call into a driver) goes to `submit`, which hands
+it to an idle thread of a pool when one waits and else starts one; a pooled thread waits `IDLE_S` for more
+before it ends. A new thread cost 0.3-1 ms on a 2-core VM, more than a small model's whole execution. Each
+piece of work runs in a fresh context (as on a new thread), and only while it runs does the exit wait for it.
 """
 from __future__ import annotations
 
 import atexit
+import collections
+import contextvars
 import logging
 import os
 import threading
@@ -25,6 +32,10 @@ EXIT_WAIT_S = 30.0
 _lock = threading.Lock()
 _live: dict[threading.Thread, tuple[Callable[[], None] | None, float]] = {}
 _exiting = threading.Event()
+#: How long an idle pooled thread waits for more work (`submit`) before it ends.
+IDLE_S = 2.0
+#: The name of a pooled thread while it waits.
+IDLE_NAME = "nnapi-idle"
 
 
 class ProcessExiting(RuntimeError):
@@ -47,20 +58,105 @@ def start(target: Callable[..., Any], *args: Any, name: str, stop: Callable[[], 
             with _lock:
                 _live.pop(threading.current_thread(), None)
 
-    if _exiting.is_set():
-        raise ProcessExiting(f"{name}: the process is exiting: driver work is not started")
     thread = threading.Thread(target=run, name=name, daemon=True)
     with _lock:
-        # Exit handlers run last registered first: ours must run before those of the backends this thread
-        # may use (JAX's `clean_up` destroys its client: a compile still running on it then crashes).
-        try:
-            atexit.unregister(_end_all)
-            atexit.register(_end_all)
-        except RuntimeError:  # the interpreter is finalizing: nothing would wait for the thread
-            raise ProcessExiting(f"{name}: the process is exiting: driver work is not started") from None
+        _exit_first(name)
         _live[thread] = (stop, exit_wait_s)
     thread.start()
     return thread
+
+
+def submit(target: Callable[..., Any], *args: Any, name: str, stop: Callable[[], None] | None = None,
+           exit_wait_s: float = EXIT_WAIT_S) -> None:
+    """Run `target(*args)` as `start` does, on an idle pooled thread when one waits (see the module doc).
+    An exception it raises is logged; work that must report one catches it itself."""
+    work = _Work(target, args, name, stop, exit_wait_s)
+    with _lock:
+        _exit_first(name)
+    if not _pool.give(work):  # (a list the thread empties: `start` keeps its arguments for the thread's life)
+        start(_pooled, [work], name=name, stop=stop, exit_wait_s=exit_wait_s)
+
+
+def _exit_first(name: str) -> None:
+    """Refuse work once the process exits; else have our exit handler run before the backends' (the lock
+    is held). Exit handlers run last registered first: ours must run before those of the backends a
+    thread may use (JAX's `clean_up` destroys its client: a compile still running on it then crashes)."""
+    if _exiting.is_set():
+        raise ProcessExiting(f"{name}: the process is exiting: driver work is not started")
+    try:
+        atexit.unregister(_end_all)
+        atexit.register(_end_all)
+    except RuntimeError:  # the interpreter is finalizing: nothing would wait for the thread
+        raise ProcessExiting(f"{name}: the process is exiting: driver work is not started") from None
+
+
+class _Work:
+    """One piece of work given to `submit`."""
+
+    __slots__ = ("target", "args", "name", "stop", "exit_wait_s")
+
+    def __init__(self, target: Callable[..., Any], args: tuple, name: str, stop: Callable[[], None] | None,
+                 exit_wait_s: float) -> None:
+        self.target, self.args, self.name, self.stop, self.exit_wait_s = target, args, name, stop, exit_wait_s
+
+
+class _Pool:
+    """The idle pooled threads and the work handed to them (`submit`)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._work: collections.deque[_Work] = collections.deque()
+        self._idle = 0
+
+    def give(self, work: _Work) -> bool:
+        """Hand `work` to an idle thread; False when none waits for it."""
+        with self._cond:
+            if self._idle <= len(self._work):
+                return False
+            self._work.append(work)
+            self._cond.notify()
+            return True
+
+    def next(self) -> _Work | None:
+        """(a pooled thread, its work done) The next work, waiting for it at most `IDLE_S`; None: end."""
+        with self._cond:
+            self._idle += 1
+            try:
+                end = time.monotonic() + IDLE_S
+                while not self._work:
+                    left = end - time.monotonic()
+                    if left <= 0 or _exiting.is_set():
+                        return None
+                    self._cond.wait(left)
+                return self._work.popleft()
+            finally:
+                self._idle -= 1
+
+
+def _pooled(first_work: list[_Work]) -> None:
+    """A pooled thread: its first work (registered with the exit by `start`), then what `next` gives. No
+    work is referred to while the thread waits (what it holds, an execution's memory, goes at once)."""
+    me = threading.current_thread()
+    work: _Work | None = first_work.pop()
+    first = True
+    while work is not None:
+        if not first:
+            with _lock:
+                if _exiting.is_set():  # (given just as the process began to exit: never started)
+                    return
+                _live[me] = (work.stop, work.exit_wait_s)
+        first = False
+        me.name = work.name
+        try:
+            contextvars.Context().run(work.target, *work.args)
+        except Exception:
+            log.exception("%s: driver work failed", work.name)
+        finally:
+            with _lock:
+                _live.pop(me, None)
+        me.name = IDLE_NAME
+        work = None
+        work = _pool.next()
 
 
 class Batch:
@@ -125,11 +221,13 @@ def _end_all() -> None:
 
 def _forget_in_child() -> None:
     """A forked child has none of its parent's threads."""
-    global _lock
+    global _lock, _pool
     _lock = threading.Lock()
+    _pool = _Pool()
     _live.clear()
     _exiting.clear()
 
 
+_pool = _Pool()
 atexit.register(_end_all)
 os.register_at_fork(after_in_child=_forget_in_child)

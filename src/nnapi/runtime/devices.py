@@ -199,8 +199,8 @@ def guest_call(device: "Device", what: str, fn: Callable[..., Any], *args: Any, 
 
 
 def bounded(fn: Callable[[], Any], timeout: float, name: str) -> concurrent.futures.Future:
-    """Run `fn` (a driver's code) on a thread of its own, in the caller's context; the future is
-    waited for with a bound, and a call that never returns costs only its thread (the process's exit
+    """Run `fn` (a driver's code) on a driver thread (`threads.submit`), in the caller's context; the future
+    is waited for with a bound, and a call that never returns costs only its thread (the process's exit
     waits for it no longer than `timeout` either: `qos.threads`)."""
     import concurrent.futures
     future: concurrent.futures.Future = concurrent.futures.Future()
@@ -212,7 +212,7 @@ def bounded(fn: Callable[[], Any], timeout: float, name: str) -> concurrent.futu
         except BaseException as e:
             future.set_exception(e)
 
-    threads.start(run, name=name, exit_wait_s=timeout)
+    threads.submit(run, name=name, exit_wait_s=timeout)
     return future
 
 

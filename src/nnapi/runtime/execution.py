@@ -268,7 +268,7 @@ class Execution:
 
         # An app that exits with the execution in flight waits for it (`qos.threads`): a thread inside a
         # driver's native call at interpreter shutdown aborts the process ("terminate called ... FATAL").
-        threads.start(work, name="nnapi-execution")
+        threads.submit(work, name="nnapi-execution")
         return event
 
     def _run_timeout(self, timeout: float | None, what: str) -> int | None:
@@ -470,7 +470,7 @@ class Execution:
             self._finish(error)
             event.finish(self._result)
 
-        threads.start(work, name="nnapi-fenced-execution")  # (its driver's code ends before the process)
+        threads.submit(work, name="nnapi-fenced-execution")  # (its driver's code ends before the process)
         return event
 
     def _run_fenced(self, fences: list[int], after_ns: int | None) -> NnError | None:

@@ -221,7 +221,7 @@ class DriverPreparedModel(IPreparedModel):
         context = contextvars.copy_context()  # the caller's identity (memory-domain tokens) goes along
         try:
             # (the process waits for it at exit instead of stopping it inside native code: `qos.threads`)
-            threads.start(context.run, work, name=f"nnapi-{type(self).__name__}-exec")
+            threads.submit(context.run, work, name=f"nnapi-{type(self).__name__}-exec")
         except BaseException:
             ticket.cancel()
             raise
