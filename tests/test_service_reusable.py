@@ -3,6 +3,7 @@ service keeps the driver's own reusable execution of it; each computation reads 
 one at a time, and memory the app frees ends it rather than staying mapped."""
 from __future__ import annotations
 
+import gc
 import threading
 import time
 
@@ -16,6 +17,8 @@ from nnapi.service import protocol
 from nnapi.service.reusable import ServiceExecution
 from conftest import add_relu_model
 from test_service import remote, service  # noqa: F401  (fixtures: the served reference driver)
+
+pytestmark = pytest.mark.timing
 
 
 def _prepared(remote, n: int = 4):
@@ -120,15 +123,81 @@ def test_a_served_reusable_execution_computes_one_at_a_time(remote):
     np.testing.assert_array_equal(out, np.full(n, 2, np.float32))
 
 
-def test_freeing_the_memory_of_a_served_reusable_execution_ends_it(remote):
-    """The app's memory is let go of, not kept mapped under an execution: computing then says why."""
+@pytest.mark.parametrize("another_call", [True, False], ids=["then-another-call", "then-the-computation"])
+def test_freeing_the_memory_of_a_served_reusable_execution_ends_it(remote, another_call):
+    """The app's memory is let go of, not kept mapped under an execution: computing then says why, whether
+    another call on the connection told the service first or the computation on its channel comes next."""
     prepared = _prepared(remote, 1024)
     memories = [nnapi.Memory.ashmem(4096) for _ in range(3)]
     execution = prepared.create_reusable_execution(_request([m.pool for m in memories], 4096), MeasureTiming.NO,
                                                    None)
     execution.compute()
     memories[0].close()
-    remote.status()  # (the forget goes with the next call)
+    if another_call:
+        remote.status()  # (the forget goes with the next call)
     with pytest.raises(NnError) as gone:
         execution.compute()
     assert gone.value.status == ErrorStatus.GENERAL_FAILURE and "sealed or freed" in gone.value.message
+
+
+def _channels(remote) -> int:
+    return remote.status()["budget"]["channels"]
+
+
+def _eventually(predicate, seconds: float = 10.0) -> bool:
+    end = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _relu_execution(prepared):
+    x, y, out = np.zeros(4, np.float32), np.zeros(4, np.float32), np.zeros(4, np.float32)
+    execution = prepared.create_reusable_execution(
+        _request([MemoryPool(pointer=x), MemoryPool(pointer=y), MemoryPool(pointer=out)], 16), MeasureTiming.NO, None)
+    return execution, x, y, out
+
+
+def test_a_served_reusable_execution_computes_on_a_channel_of_its_own_ended_with_it(remote):
+    prepared = _prepared(remote)
+    gc.collect()  # (executions earlier tests left in reference cycles let go of their channels)
+    assert _eventually(lambda: _channels(remote) == 0)
+    execution, x, y, out = _relu_execution(prepared)
+    assert _channels(remote) == 1
+    for k in range(3):
+        x[:], y[:] = np.arange(4) - k, k
+        execution.compute()
+        np.testing.assert_array_equal(out, np.maximum(x + y, 0))
+    with pytest.raises(NnError) as missed:  # (errors come back on the channel as on the connection)
+        execution.compute(deadline=1)
+    assert missed.value.status == ErrorStatus.MISSED_DEADLINE_PERSISTENT
+    execution.release()
+    assert _eventually(lambda: _channels(remote) == 0)
+    assert remote.status()["objects"]["reusable execution"] == 0
+
+
+def test_reusable_executions_past_the_services_channels_compute_over_the_connection(tmp_path):
+    from nnapi.drivers.reference import ReferenceDevice
+    from nnapi.service import connect
+    from nnapi.service.server import Service
+    service = Service(ReferenceDevice(), str(tmp_path / "two.sock"), max_burst_channels=2)
+    service.start()
+    threading.Thread(target=service.serve_forever, daemon=True).start()
+    remote = connect(service.socket_path)
+    try:
+        prepared = _prepared(remote)
+        executions = [_relu_execution(prepared) for _ in range(4)]
+        assert _channels(remote) == 2
+        for k, (execution, x, y, out) in enumerate(executions):
+            x[:], y[:] = k, 1
+            execution.compute()
+            np.testing.assert_array_equal(out, np.full(4, k + 1, np.float32))
+        for execution, *_ in executions:
+            execution.release()
+        assert _eventually(lambda: _channels(remote) == 0)
+        assert _eventually(lambda: remote.status()["objects"]["reusable execution"] == 0)
+    finally:
+        remote.close()
+        service.stop()

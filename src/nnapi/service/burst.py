@@ -1,26 +1,22 @@
-"""The client's burst (`IBurst`): a channel of its own to the service (a socket pair whose other end
-went to the service), and its staging region and the app's pools kept in the service under slots,
-so a pool's descriptor is sent once per burst. Without a channel its calls go on the connection.
+"""The client's burst (`IBurst`): a channel of its own to the service (`channel_end`), and its staging
+region and the app's pools kept in the service under slots, so a pool's descriptor is sent once per burst.
+Without a channel its calls go on the connection.
 """
 from __future__ import annotations
 
 import itertools
 import os
-import socket
 import threading
-import time
 import weakref
 from typing import TYPE_CHECKING, Any, Sequence
 
 from ..hal import (ClientId, IBurst, MemoryHandle, MemoryPool, NnError, OutputShape, Request, Timing,
                    check_burst_tokens)
-from . import codec, protocol
-from .codec import CALL, ERROR, Encoder
+from . import protocol
+from .channel_end import ChannelEnd
 from .connection import Remote, hal
-from .discovery import unavailable
 from .protocol import Method
 from .staging import Region, Staged
-from .wire import Durations, FrameDecoder, ProtocolError, close_fds, poll_window, receive, send_frame
 
 if TYPE_CHECKING:
     from .proxies import ServiceDevice
@@ -43,14 +39,9 @@ class ServiceBurst(Remote, IBurst):
     """A burst in the service: pools named by a memory identifier token, and the one staging region of
     the pointer (numpy) pools, are sent once and then referred to by slot."""
 
-    def __init__(self, device: "ServiceDevice", oid: Any, channel: socket.socket | None = None) -> None:
+    def __init__(self, device: "ServiceDevice", oid: Any, channel: ChannelEnd | None = None) -> None:
         super().__init__(device, oid)
         self._channel = channel
-        self._decoder = FrameDecoder()
-        self._rids = itertools.count(1)
-        self._durations = Durations()  # of its executions: their answers are polled for around then
-        if channel is not None:
-            weakref.finalize(self, channel.close)
         self._lock = threading.Lock()
         self._slots = itertools.count()
         self._by_token: dict[int, tuple[int, tuple]] = {}  # memory identifier token -> (slot, identity)
@@ -135,57 +126,22 @@ class ServiceBurst(Remote, IBurst):
     def release(self) -> None:
         """Free the burst in the service now: its channel closes, and its thread there ends."""
         if self._channel is not None:
-            try:
-                self._channel.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            self._channel.shutdown()
         super().release()
 
     # --- the channel ---------------------------------------------------------------------------------------
     def _call(self, spec: Method, values: list) -> Any:
-        """One call on the burst's channel (callers hold the burst's lock): send, then poll for the
-        answer for a moment when executions are short, then sleep until it comes."""
-        connection = self.device.connection
+        """One call, on the burst's channel (callers hold the burst's lock), else on the connection."""
         if self._channel is None:
-            return connection.call(spec, self.oid, values)
-        enc = Encoder()
-        try:
-            connection.raise_if_dead()
-            rid = next(self._rids)
-            body = codec.pack([CALL, rid, spec.name, self.oid, spec.encode(enc, values)])
-            start = time.monotonic_ns()
-            try:
-                send_frame(self._channel, body, enc.fds)
-                connection.count_sent(len(enc.fds))
-                usual = self._durations.usual()
-                poll, due = poll_window(usual), start + usual
-                while True:
-                    data, fds = receive(self._channel, poll, due)
-                    if not data:
-                        raise unavailable(f"the {connection.label} closed the burst channel")
-                    for frame_body, frame_fds in self._decoder.feed(data, fds):
-                        message = codec.unpack(frame_body, len(frame_fds))
-                        close_fds(frame_fds)
-                        if type(message) is list and len(message) >= 3 and message[1] == rid:
-                            self._durations.record(time.monotonic_ns() - start)
-                            if message[0] == ERROR:
-                                raise codec.decode_error(*message[2:5])
-                            return spec.decode_result(message[2])
-            except (OSError, ProtocolError) as e:
-                raise unavailable(f"the burst channel to the {connection.label} broke: {e}") from None
-        finally:
-            enc.close()
+            return self.device.connection.call(spec, self.oid, values)
+        return self._channel.call(spec, self.oid, values)
 
     def _notify(self, slots: list[int]) -> None:
         """Forget cached pools in the service (no answer)."""
         if self._channel is None:
             self.device.connection.notify(protocol.BURST_RELEASE, self.oid, slots)
-            return
-        try:
-            send_frame(self._channel, codec.pack([CALL, 0, protocol.BURST_RELEASE.name, self.oid,
-                                                  protocol.BURST_RELEASE.encode(Encoder(), slots)]))
-        except (OSError, NnError):
-            pass
+        else:
+            self._channel.notify(protocol.BURST_RELEASE, self.oid, slots)
 
 
 def _close_staging(staging: list) -> None:

@@ -1,15 +1,15 @@
-"""Bursts on the service's side: their slots of cached pools (`ServedBurst`), and their channels (one
-end of a socket pair the client made), each served by a thread of its own that polls it for a moment
-after each answer (Android's burst polls its message queue the same way), so back-to-back executions
-cost no wake-up. Without a channel (or past the service's limit, or the uid's share) a burst's calls
-come on its connection."""
+"""Bursts on the service's side (their slots of cached pools: `ServedBurst`), and the channels of bursts and
+reusable executions (one end of a socket pair the client made; `channel_end` is the client's), each served
+by a thread of its own that polls it for a moment after each answer (Android's burst polls its message
+queue the same way), so back-to-back executions cost no wake-up and skip the event loop. Without a channel
+(or past the service's limit, or the uid's share) the object's calls come on its connection."""
 from __future__ import annotations
 
 import contextlib
 import logging
 import socket
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..hal import ClientId, ErrorStatus, MemoryPool, NnError, Request, invalid
 from ..memory import FileCopy
@@ -68,49 +68,75 @@ class Channels:
         self.limit = limit
         self.open = 0
         self._lock = threading.Lock()
-        self._methods = {m.name: m for m in CHANNEL_METHODS}
+        self._methods = {kind: {m.name: m for m in methods} for kind, methods in CHANNEL_METHODS.items()}
 
-    def configure(self, call: Call, prepared: Any, args: list) -> list:
-        """A burst; with a channel its executions come on that channel, served by a thread of its own."""
-        (fd,) = args
-        channel = None
-        uid = call.client.creds.uid
-        if fd is not None:
-            if fd < 0:
-                raise invalid("configure_execution_burst: the burst channel is not a valid descriptor")
-            try:
-                channel = socket.socket(fileno=call.dec.adopt(fd))
-            except OSError as e:
-                raise invalid(f"configure_execution_burst: the burst channel is not a socket: {e}") from None
-            if channel.type != socket.SOCK_STREAM or channel.family != socket.AF_UNIX:
-                channel.close()
-                raise invalid("configure_execution_burst: the burst channel must be a Unix stream socket")
-            with self._lock:  # (the service's channels, and the uid's share of them)
-                full = self.open >= self.limit or not self.service.budget.open_channel(uid)
-                if not full:
-                    self.open += 1
-            if full:
-                channel.close()
-                channel = None
+    def _take(self, call: Call, fd: int | None, what: str) -> socket.socket | None:
+        """The client's channel end that came as `fd` (INVALID_ARGUMENT unless a Unix stream socket), or
+        None without one or without room for it (counted until its thread ends: `_closed`)."""
+        if fd is None:
+            return None
+        if fd < 0:
+            raise invalid(f"{call.spec.name}: the {what} is not a valid descriptor")
         try:
-            burst = ServedBurst(prepared.configure_execution_burst(), channel)
-            oid = call.client.add(Entry(BURST, burst, on_release=burst.close))
+            channel = socket.socket(fileno=call.dec.adopt(fd))
+        except OSError as e:
+            raise invalid(f"{call.spec.name}: the {what} is not a socket: {e}") from None
+        if channel.type != socket.SOCK_STREAM or channel.family != socket.AF_UNIX:
+            channel.close()
+            raise invalid(f"{call.spec.name}: the {what} must be a Unix stream socket")
+        with self._lock:  # (the service's channels, and the uid's share of them)
+            full = self.open >= self.limit or not self.service.budget.open_channel(call.client.creds.uid)
+            if not full:
+                self.open += 1
+        if full:
+            channel.close()
+            return None
+        return channel
+
+    def _serve_on_thread(self, client: Client, oid: int, kind: str, obj: Any, channel: socket.socket | None) -> None:
+        """Serve `obj`'s channel (taken by `_take`) on a thread of its own; the object goes with it."""
+        if channel is None:
+            return
+        try:
+            # (it runs driver calls: the process's exit waits for the one it is in, `qos.threads`)
+            threads.start(self._serve, client, oid, kind, obj, channel, name=f"nnapi-service-{kind.split()[-1]}",
+                          stop=lambda: setattr(client, "closed", True))
+        except BaseException:
+            channel.close()
+            self._closed(client.creds.uid)
+            raise
+
+    def with_channel(self, call: Call, kind: str, fd: int | None,
+                     make: Callable[[socket.socket | None], tuple[Any, Callable[[], None]]]) -> list:
+        """A new object of `kind`, `make(channel)` -> (it, what releases it), given the client's channel end
+        that came as `fd` when there is room for it, its calls then served on it by a thread of its own:
+        [its id, whether it took the channel]."""
+        channel = self._take(call, fd, f"{kind} channel")
+        try:
+            obj, release = make(channel)
+            oid = call.client.add(Entry(kind, obj, on_release=release))
         except BaseException:
             if channel is not None:
                 channel.close()
-                self._closed(uid)
+                self._closed(call.client.creds.uid)
             raise
-        if channel is not None:
-            # (it runs driver calls: the process's exit waits for the one it is in, `qos.threads`)
-            threads.start(self._serve, call.client, oid, burst, name="nnapi-service-burst",
-                          stop=lambda: setattr(call.client, "closed", True))
+        self._serve_on_thread(call.client, oid, kind, obj, channel)
         return [oid, channel is not None]
 
-    def _serve(self, client: Client, oid: int, burst: ServedBurst) -> None:
-        """The thread of one burst channel: burst calls only, run here, answered on the channel."""
-        channel = burst.channel
+    def configure(self, call: Call, prepared: Any, args: list) -> list:
+        """A burst; with a channel its executions come on that channel."""
+        (fd,) = args
+
+        def make(channel: socket.socket | None) -> tuple[ServedBurst, Callable[[], None]]:
+            burst = ServedBurst(prepared.configure_execution_burst(), channel)
+            return burst, burst.close
+        return self.with_channel(call, BURST, fd, make)
+
+    def _serve(self, client: Client, oid: int, kind: str, obj: Any, channel: socket.socket) -> None:
+        """The thread of one channel: its object's calls only, run here, answered on the channel."""
         decoder = FrameDecoder()
         send_lock = threading.Lock()
+        methods = self._methods[kind]
         try:
             channel.setblocking(True)  # (a timeout would make every receive wait in poll() first)
             while not client.closed:
@@ -119,42 +145,43 @@ class Channels:
                     close_fds(fds)
                     return
                 for body, frame_fds in decoder.feed(data, fds):
-                    self._call(client, oid, burst, channel, send_lock, body, frame_fds)
+                    self._call(client, oid, obj, methods, channel, send_lock, body, frame_fds)
         except (OSError, ProtocolError, ValueError) as e:
-            log.debug("%s: burst channel closed (%s)", client, e)
+            log.debug("%s: %s channel closed (%s)", client, kind, e)
         finally:
             decoder.close()
+            channel.close()
             self._closed(client.creds.uid)
-            client.release(oid)  # the burst goes with its channel
+            client.release(oid)  # the object goes with its channel
 
     def _closed(self, uid: int) -> None:
+        """A channel taken by `_take` is closed."""
         with self._lock:
             self.open -= 1
         self.service.budget.close_channel(uid)
 
-    def _call(self, client: Client, oid: int, burst: ServedBurst, channel: socket.socket,
+    def _call(self, client: Client, oid: int, obj: Any, methods: dict, channel: socket.socket,
               send_lock: threading.Lock, body: bytes, fds: list[int]) -> None:
         dec = Decoder(fds, stable=True)
         rid = 0
         with contextlib.ExitStack() as hold:  # an execution: from its decoding to its answer
             try:
                 rid, method, target, args = read_call(body, len(fds))
-                spec = self._methods.get(method) if type(method) is str else None
+                spec = methods.get(method) if type(method) is str else None
                 if spec is None or target != oid:
-                    raise invalid(f"a burst channel takes burst_execute and burst_release of burst {oid}, not "
-                                  f"{method!r} on {target!r}")
+                    raise invalid(f"this channel takes {', '.join(methods)} of object {oid}, not {method!r} on "
+                                  f"{target!r}")
                 args = check_list(args, f"{method} arguments")
                 if spec.execution:
-                    hold.enter_context(self.service.foreground.execution(burst))
+                    hold.enter_context(self.service.foreground.execution(obj))
                 call = Call(client, spec, rid, dec, Encoder())
                 with calling_client(client.creds.uid, client.creds.pid):
-                    handler = self.execute if spec.name == "burst_execute" else self.release
-                    result = handler(call, burst, spec.decode(dec, args))
+                    result = self.service.handlers.handler(spec.name)(call, obj, spec.decode(dec, args))
                 answer = [REPLY, rid, result]
             except NnError as e:
                 answer = codec.error_message(rid, e)
             except Exception as e:  # a driver bug never takes the service down
-                log.exception("%s: burst call failed", client)
+                log.exception("%s: %s failed on its channel", client, method if rid else "a call")
                 answer = codec.error_message(rid, NnError(ErrorStatus.GENERAL_FAILURE, f"{type(e).__name__}: {e}"))
             finally:
                 dec.close()

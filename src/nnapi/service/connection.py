@@ -117,6 +117,13 @@ class Connection(Transport):
         else:
             self._forgets.append(list(ident))
 
+    def settle(self) -> None:
+        """Have the service let go of the memory freed since the last call, now: a call on a channel of its
+        own (`channel_end`) would not wait for the connection's next call to tell it."""
+        if self._forgets and self.alive:
+            forgets, self._forgets = self._forgets, []
+            self.call(protocol.FORGET_MEMORY, 0, [forgets], timeout=CONNECT_TIMEOUT)
+
     def before_send(self) -> list[bytes]:
         """The releases and forgotten memory gathered since the last call, told ahead of the next one."""
         early = []

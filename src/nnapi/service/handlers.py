@@ -179,11 +179,16 @@ class Handlers:
         source = getattr(prepared, "cache_source", None)  # (the fleet tier's word: [id, source] then)
         return oid if source is None else [oid, str(source)]
 
-    def create_reusable_execution(self, call: Call, prepared: Any, args: list) -> int:
-        """The driver's reusable execution of the request, kept with its memory until the app releases it."""
-        request, measure, loop_timeout_ns = args
-        served = create_served(prepared, request, measure, loop_timeout_ns, call.dec, self.client_kw(call))
-        return call.client.add(Entry(EXECUTION, served, on_release=served.release))
+    def create_reusable_execution(self, call: Call, prepared: Any, args: list) -> list:
+        """The driver's reusable execution of the request, kept with its memory until the app releases it;
+        with a channel its computations come on that channel."""
+        request, measure, loop_timeout_ns, fd = args
+
+        def make(channel: Any) -> tuple[Any, Callable[[], None]]:
+            served = create_served(prepared, request, measure, loop_timeout_ns, call.dec, self.client_kw(call),
+                                   channel)
+            return served, served.release
+        return self.service.channels.with_channel(call, EXECUTION, fd, make)
 
     def execution_compute(self, call: Call, served: Any, args: list) -> Any:
         (deadline,) = args

@@ -284,7 +284,7 @@ _RESULTS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "map": (_same, _decode_map),
     "prepared": (_same, _decode_prepared),
     "buffer": (_same, _decode_pair("allocate result")),
-    "burst": (_same, _decode_pair("configure_execution_burst result")),
+    "channelled": (_same, _decode_pair("an object and whether its channel was taken")),
     "fenced": (_same, _decode_fenced),
 }
 
@@ -322,9 +322,10 @@ EXECUTE_FENCED = Method("execute_fenced", PREPARED, (
     Field("request", "late_request", "request"), Field("wait_for", "fds", "wait_for"), _MEASURE, _DEADLINE, _LOOP,
     Field("timeout_after_fence_ns", "opt_int", "timeout after fence")), "fenced", client=True, makes=FENCED)
 CREATE_REUSABLE_EXECUTION = Method("create_reusable_execution", PREPARED, (
-    Field("request", "request", "request"), _MEASURE, _LOOP), "object", client=True, makes=EXECUTION)
+    Field("request", "request", "request"), _MEASURE, _LOOP, Field("channel", "fd", "execution channel", optional=True)),
+    "channelled", client=True, makes=EXECUTION)
 CONFIGURE_EXECUTION_BURST = Method("configure_execution_burst", PREPARED, (
-    Field("channel", "fd", "burst channel", optional=True),), "burst", makes=BURST)
+    Field("channel", "fd", "burst channel", optional=True),), "channelled", makes=BURST)
 # IBurst (on its channel, or on the connection)
 BURST_EXECUTE = Method("burst_execute", BURST, (
     Field("request", "slotted_request", "request"), Field("slots", "slots", "burst slots"), _MEASURE, _DEADLINE,
@@ -344,5 +345,5 @@ METHODS: dict[str, Method] = {m.name: m for m in (
     HELLO, RELEASE, FORGET_MEMORY, STATUS, GET_SUPPORTED_OPERATIONS, PREPARE_MODEL, PREPARE_MODEL_FROM_CACHE,
     ALLOCATE, EXECUTE_SYNCHRONOUSLY, EXECUTE, EXECUTE_FENCED, CREATE_REUSABLE_EXECUTION, CONFIGURE_EXECUTION_BURST,
     BURST_EXECUTE, BURST_RELEASE, EXECUTION_COMPUTE, COPY_TO, COPY_FROM, GET_EXECUTION_INFO)}
-#: The calls a burst's channel takes.
-CHANNEL_METHODS = (BURST_EXECUTE, BURST_RELEASE)
+#: The calls a channel takes, by the kind of object it serves.
+CHANNEL_METHODS = {BURST: (BURST_EXECUTE, BURST_RELEASE), EXECUTION: (EXECUTION_COMPUTE,)}

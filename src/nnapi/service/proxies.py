@@ -16,8 +16,10 @@ from ..hal import (BufferDesc, BufferRole, CacheHandles, Capabilities, ClientId,
                    Request, Timing, invalid)
 from . import protocol
 from .burst import ServiceBurst
+from .channel_end import ChannelEnd, socket_pair
 from .codec import Encoder, fd_open
 from .connection import CONNECT_TIMEOUT, Connection, Remote, hal
+from .protocol import Method
 from .reusable import ServiceExecution
 from .staging import RegionCache, Staged, stage_model
 from .values import check_int, check_list, decode_capabilities, decode_info
@@ -195,34 +197,42 @@ class ServicePreparedModel(Remote, IPreparedModel):
     @hal
     def create_reusable_execution(self, request: Request, measure, loop_timeout_ns: int | None, *,
                                   client: ClientId | None = None) -> ServiceExecution:
-        """The request crosses once and the service keeps it; each computation is one small call."""
+        """The request crosses once and the service keeps it; each computation is one small call, on a
+        channel of the execution's own (one end of a socket pair goes to the service)."""
         staged = Staged(request, self.device.staging)
         try:
             # (every size: the service keeps the execution's memory mapped, however small)
             self.device.connection.sent_pools(staged.request.pools, min_bytes=0)
-            oid = self.device.connection.call(protocol.CREATE_REUSABLE_EXECUTION, self.oid,
-                                              [staged.request, measure, loop_timeout_ns])
+            (oid, has_channel), mine = self._with_channel(
+                protocol.CREATE_REUSABLE_EXECUTION, [staged.request, measure, loop_timeout_ns])
         except BaseException:
             staged.release()
             raise
-        return ServiceExecution(self.device, oid, staged)
+        channel = ChannelEnd(mine, self.device.connection, "execution") if has_channel else None
+        return ServiceExecution(self.device, oid, staged, channel)
 
     @hal
     def configure_execution_burst(self) -> ServiceBurst:
         """A burst with a channel of its own: one end of a socket pair goes to the service."""
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        (oid, has_channel), mine = self._with_channel(protocol.CONFIGURE_EXECUTION_BURST, [])
+        return ServiceBurst(self.device, oid, ChannelEnd(mine, self.device.connection, "burst") if has_channel
+                            else None)
+
+    def _with_channel(self, spec: Method, values: list) -> tuple[Any, socket.socket | None]:
+        """Call `spec` with the service's end of a new socket pair as its last argument: (the answer, this
+        end, or None when the service had no room for another channel: the connection carries its calls)."""
+        mine, theirs = socket_pair()
         try:
-            oid, has_channel = self.device.connection.call(protocol.CONFIGURE_EXECUTION_BURST, self.oid,
-                                                           [theirs.fileno()])
+            answer = self.device.connection.call(spec, self.oid, [*values, theirs.fileno()])
         except BaseException:
             mine.close()
             raise
         finally:
             theirs.close()
-        if not has_channel:  # the service has no room for another channel: the connection carries it
+        if not answer[1]:
             mine.close()
             mine = None
-        return ServiceBurst(self.device, oid, mine)
+        return answer, mine
 
 
 def _wait_fence(fd: int) -> None:
