@@ -23,6 +23,7 @@ import logging
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 log = logging.getLogger("nnapi.qos")
@@ -90,14 +91,15 @@ def _exit_first(name: str) -> None:
         raise ProcessExiting(f"{name}: the process is exiting: driver work is not started") from None
 
 
+@dataclass(frozen=True, slots=True)
 class _Work:
     """One piece of work given to `submit`."""
 
-    __slots__ = ("target", "args", "name", "stop", "exit_wait_s")
-
-    def __init__(self, target: Callable[..., Any], args: tuple, name: str, stop: Callable[[], None] | None,
-                 exit_wait_s: float) -> None:
-        self.target, self.args, self.name, self.stop, self.exit_wait_s = target, args, name, stop, exit_wait_s
+    target: Callable[..., Any]
+    args: tuple
+    name: str
+    stop: Callable[[], None] | None
+    exit_wait_s: float
 
 
 class _Pool:

@@ -21,7 +21,7 @@ from .handlers import Call
 from .objects import Client, Entry
 from .protocol import BURST, CHANNEL_METHODS
 from .values import MAX_ITEMS
-from .wire import BURST_POLL_NS, FrameDecoder, ProtocolError, close_fds, receive, send_frame
+from .wire import BURST_POLL_NS, FrameDecoder, ProtocolError, close_fds, receive, send_frame, shutdown
 
 if TYPE_CHECKING:
     from .server import Service
@@ -51,10 +51,7 @@ class ServedBurst:
 
     def close(self) -> None:
         if self.channel is not None:  # its thread sees the end and leaves
-            try:
-                self.channel.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            shutdown(self.channel)
         for slot in list(self.slots):
             self.forget(slot)
 

@@ -17,7 +17,7 @@ from . import codec
 from .codec import CALL, ERROR, Encoder
 from .discovery import unavailable
 from .protocol import Method
-from .wire import Durations, FrameDecoder, ProtocolError, close_fds, poll_window, receive, send_frame
+from .wire import Durations, FrameDecoder, ProtocolError, close_fds, poll_window, receive, send_frame, shutdown
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -82,7 +82,4 @@ class ChannelEnd:
 
     def shutdown(self) -> None:
         """End the channel: the service's thread sees the end and releases the object."""
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        shutdown(self.sock)

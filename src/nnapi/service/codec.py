@@ -222,9 +222,11 @@ class Decoder:
         return fd
 
     def adopt_all(self) -> list[int]:
-        """Keep every descriptor of the frame; returns them (for the caller to close)."""
-        self._adopted.update(self.fds)
-        return list(self.fds)
+        """Keep every descriptor of the frame not adopted already; returns them (for the caller to close:
+        one adopted before, such as a channel's, has its owner)."""
+        mine = [fd for fd in self.fds if fd not in self._adopted]
+        self._adopted.update(mine)
+        return mine
 
     def close(self) -> None:
         close_fds([fd for fd in self.fds if fd not in self._adopted])

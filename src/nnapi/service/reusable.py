@@ -25,7 +25,7 @@ from .channel_end import ChannelEnd
 from .codec import Decoder
 from .connection import Remote, hal
 from .staging import Staged
-from .wire import Durations, close_fds
+from .wire import Durations, close_fds, shutdown
 
 if TYPE_CHECKING:
     from .proxies import ServiceDevice
@@ -89,8 +89,7 @@ class ServedExecution:
         self.execution: IExecution | None = execution
         self.channel = channel  # (served by `channel.Channels`, which closes it)
         self.priority = priority  # (LOW work gives way to the foreground's: `foreground.execution`)
-        mine = -1 if channel is None else channel.fileno()
-        self.fds = [fd for fd in decoder.adopt_all() if fd != mine]  # (closed by the entry's release)
+        self.fds = decoder.adopt_all()  # (closed by the entry's release; the channel's, adopted first, is not)
         self._decoder = decoder
         self.files = ({fd_identity(fd) for fd in self.fds} - {None}) | decoder.copied_files()
         self.lock = threading.Lock()
@@ -122,9 +121,6 @@ class ServedExecution:
             self.execution = None
             self.gone = "released"
         if self.channel is not None:  # its thread sees the end and leaves
-            try:
-                self.channel.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+            shutdown(self.channel)
         close_fds(self.fds)
         self.fds = []

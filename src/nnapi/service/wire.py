@@ -54,6 +54,15 @@ def close_fds(fds: Sequence[int]) -> None:
             pass
 
 
+def shutdown(sock: socket.socket) -> None:
+    """Shut both directions of `sock` (a thread blocked reading it, at either end, sees the end at once);
+    quiet when it is closed already."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 class FrameDecoder:
     """Incremental frame decoder: `feed` bytes and descriptors as they arrive, get complete frames.
 
