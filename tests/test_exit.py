@@ -101,12 +101,12 @@ def test_driver_work_asked_for_once_the_process_exits_is_refused_by_name():
 
 
 SUBMITTED = textwrap.dedent('''
-    import threading, time
+    import sys, time
     from nnapi.qos import threads
-    ran = threading.Event()
     def slow(tag):
         time.sleep(0.5)
-        print("done", tag, flush=True)
+        sys.stdout.write(f"done {tag}\\n")  # (one write: two threads' prints interleave)
+        sys.stdout.flush()
     threads.submit(lambda: print("first", flush=True), name="first")
     time.sleep(0.2)  # (its thread waits in the pool now: the next work goes to it)
     threads.submit(slow, "pooled", name="pooled")

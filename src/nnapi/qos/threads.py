@@ -12,7 +12,8 @@ when the process exits: before the interpreter finalizes, and before the exit ha
 Short work (an execution started asynchronously, a bounded call into a driver) goes to `submit`, which hands
 it to an idle thread of a pool when one waits and else starts one; a pooled thread waits `IDLE_S` for more
 before it ends. A new thread cost 0.3-1 ms on a 2-core VM, more than a small model's whole execution. Each
-piece of work runs in a fresh context (as on a new thread), and only while it runs does the exit wait for it.
+piece of work runs in a fresh context (as on a new thread); the exit waits for it from its hand-over to its end,
+on a pooled thread as on a new one, and not for a thread that waits for work.
 """
 from __future__ import annotations
 
@@ -102,52 +103,63 @@ class _Work:
     exit_wait_s: float
 
 
+class _Idle:
+    """A pooled thread waiting for work: `give` sets `work` and then `event`."""
+
+    __slots__ = ("thread", "work", "event")
+
+    def __init__(self, thread: threading.Thread) -> None:
+        self.thread = thread
+        self.work: _Work | None = None
+        self.event = threading.Event()
+
+
 class _Pool:
     """The idle pooled threads and the work handed to them (`submit`)."""
 
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
-        self._work: collections.deque[_Work] = collections.deque()
-        self._idle = 0
+        self._lock = threading.Lock()
+        self._idle: list[_Idle] = []
 
     def give(self, work: _Work) -> bool:
-        """Hand `work` to an idle thread; False when none waits for it."""
-        with self._cond:
-            if self._idle <= len(self._work):
+        """Hand `work` to an idle thread, which the exit waits for from now on; False when none waits."""
+        with self._lock:
+            if not self._idle:
                 return False
-            self._work.append(work)
-            self._cond.notify()
-            return True
+            idle = self._idle.pop()  # (the one that waited least: its caches are the warmest)
+        with _lock:  # (registered before it runs, as `start` registers a new thread: no exit between)
+            if _exiting.is_set():
+                with self._lock:
+                    self._idle.append(idle)
+                raise ProcessExiting(f"{work.name}: the process is exiting: driver work is not started")
+            _live[idle.thread] = (work.stop, work.exit_wait_s)
+        idle.work = work
+        idle.event.set()
+        return True
 
-    def next(self) -> _Work | None:
+    def next(self, idle: _Idle) -> _Work | None:
         """(a pooled thread, its work done) The next work, waiting for it at most `IDLE_S`; None: end."""
-        with self._cond:
-            self._idle += 1
-            try:
-                end = time.monotonic() + IDLE_S
-                while not self._work:
-                    left = end - time.monotonic()
-                    if left <= 0 or _exiting.is_set():
-                        return None
-                    self._cond.wait(left)
-                return self._work.popleft()
-            finally:
-                self._idle -= 1
+        idle.event.clear()
+        with self._lock:
+            self._idle.append(idle)
+        if not idle.event.wait(IDLE_S):
+            with self._lock:
+                if idle in self._idle:  # (else `give` took it just now: its work is on the way)
+                    self._idle.remove(idle)
+                    return None
+            idle.event.wait()
+        work, idle.work = idle.work, None
+        return work
 
 
 def _pooled(first_work: list[_Work]) -> None:
-    """A pooled thread: its first work (registered with the exit by `start`), then what `next` gives. No
-    work is referred to while the thread waits (what it holds, an execution's memory, goes at once)."""
+    """A pooled thread: its first work (registered with the exit by `start`), then what `next` gives
+    (registered by `give`). No work is referred to while the thread waits (what it holds, an
+    execution's memory, goes at once)."""
     me = threading.current_thread()
+    idle = _Idle(me)
     work: _Work | None = first_work.pop()
-    first = True
     while work is not None:
-        if not first:
-            with _lock:
-                if _exiting.is_set():  # (given just as the process began to exit: never started)
-                    return
-                _live[me] = (work.stop, work.exit_wait_s)
-        first = False
         me.name = work.name
         try:
             contextvars.Context().run(work.target, *work.args)
@@ -158,7 +170,7 @@ def _pooled(first_work: list[_Work]) -> None:
                 _live.pop(me, None)
         me.name = IDLE_NAME
         work = None
-        work = _pool.next()
+        work = _pool.next(idle)
 
 
 class Batch:
