@@ -1,7 +1,9 @@
 """nnapi vs LiteRT on the shared `.tflite` models (../shared/models), side by side in one process.
 
 For each thread count and model: LiteRT 2.3.0 (`ai-edge-litert`, XNNPACK, the same thread count) and
-nnapi on each target (`openvino` alone, `default` = all devices, partitioned, or any device name):
+nnapi on each target (`openvino` alone, `default` = all devices, partitioned, or any device name; a
+`:relaxed` suffix, e.g. `openvino:relaxed`, loads the model with relax_computation_float32_to_float16 set,
+and its row says the precision OpenVINO computes it in):
 - preparation: cold (empty cache directory, so it includes the NNAPI -> device graph build and the
   compile) and cached (the same cache directory again), side by side, with the ratio of their medians
   over `--prepare-runs` pairs (each cold one in a directory of its own); the cached preparation also
@@ -12,11 +14,13 @@ nnapi on each target (`openvino` alone, `default` = all devices, partitioned, or
   p50s to LiteRT's (> 1: slower);
 - outputs: nnapi's outputs on the model's reference input are checked against LiteRT's
   (../shared/models/reference/<name>.npz) with LiteRT's tolerances (float: 1e-3 of the largest value;
-  int8: 99% within +-2 LSB, or the share LiteRT's own kernel sets agree on, and the same top-1).
+  int8: 99% within +-2 LSB, or the share LiteRT's own kernel sets agree on, and the same top-1); a relaxed
+  target's float outputs within the CTS's relaxed tolerance (5 * 2^-10) of the largest value.
 The openvino driver reads its thread count (NNAPI_OPENVINO_THREADS) at each preparation, so both thread
 counts run in this one process. Without `ai-edge-litert` installed the LiteRT columns are empty.
 
-    python benchmarks/vs_litert.py [--models NAME,...] [--targets openvino,default] [--threads 1,2] [--runs 50]
+    python benchmarks/vs_litert.py [--models NAME,...] [--targets openvino,default,openvino:relaxed]
+                                     [--threads 1,2] [--runs 50]
 
 Prints a table per thread count and, as the last line, one JSON object with every figure.
 """
@@ -42,7 +46,11 @@ def _limit_threads(n: int) -> None:
         os.environ.setdefault(var, str(n))
 
 
-def check_outputs(got: list, ref) -> tuple[bool, str]:
+#: A relaxed target's float outputs: the CTS's tolerance for relaxed float32, of the largest value.
+RELAXED_TOLERANCE = 5 * 2**-10
+
+
+def check_outputs(got: list, ref, float_tolerance: float = 1e-3) -> tuple[bool, str]:
     """nnapi's outputs against LiteRT's reference outputs, with LiteRT's tolerances (tests/test_models.py)."""
     import numpy as np
     notes, ok = [], True
@@ -51,7 +59,7 @@ def check_outputs(got: list, ref) -> tuple[bool, str]:
         g = np.asarray(g).reshape(want.shape)
         if want.dtype.kind == "f":
             err = float(np.abs(g.astype(np.float64) - want).max()) / (float(np.abs(want).max()) or 1.0)
-            ok &= err <= 1e-3
+            ok &= err <= float_tolerance
             notes.append(f"{err:.1e}")
             continue
         other = ref[f"output_{k}_refkernels"] if f"output_{k}_refkernels" in ref.files else want
@@ -77,9 +85,29 @@ def _litert(path: pathlib.Path, threads: int, inputs: list):
     return interp, load_ms
 
 
+def _target(target: str) -> tuple[list[str] | None, bool]:
+    """A target's devices (None: the default devices) and whether it is relaxed (`DEVICE:relaxed`)."""
+    device, _, mode = target.partition(":")
+    if mode not in ("", "relaxed"):
+        raise SystemExit(f"--targets: {target!r}: the only suffix is ':relaxed'")
+    return (None if device == "default" else [device]), mode == "relaxed"
+
+
+def _precision(compilation) -> str:
+    """The float precision each step's compiled program computes in, where its driver says (OpenVINO)."""
+    names = []
+    for step in compilation.steps:
+        compiled = getattr(step.prepared, "compiled", None)
+        try:
+            names.append(str(compiled.get_property("INFERENCE_PRECISION_HINT")).split("'")[1])
+        except Exception:  # not an OpenVINO program
+            names.append("-")
+    return "+".join(dict.fromkeys(names))
+
+
 def _compile(imported, target: str, cache_dir: str):
     from nnapi.runtime import Compilation
-    devices = None if target == "default" else [target]
+    devices = _target(target)[0]
     start = time.perf_counter()
     c = Compilation(imported.model, devices=devices, cache_dir=cache_dir, token=imported.token()).finish()
     return c, time.perf_counter() - start
@@ -92,7 +120,7 @@ import nnapi
 from nnapi.bench import warm_up_devices
 from nnapi.importers import load_tflite
 warm_up_devices({warm!r})
-imported = load_tflite({path!r})
+imported = load_tflite({path!r}, relaxed={relaxed!r})
 start = time.perf_counter()
 c = nnapi.Compilation(imported.model, devices={devices!r}, cache_dir={cache!r}, token=imported.token()).finish()
 print((time.perf_counter() - start) * 1000, ",".join(o.outcome for o in c.cache_outcomes))
@@ -102,8 +130,9 @@ print((time.perf_counter() - start) * 1000, ",".join(o.outcome for o in c.cache_
 def cached_in_new_process(path: pathlib.Path, target: str, cache_dir: str, threads: int) -> tuple[float, str]:
     """(ms, cache outcomes) of the cached preparation in a fresh process (after its own warm-up)."""
     import subprocess
-    devices = None if target == "default" else [target]
-    code = _NEW_PROCESS.format(threads=str(threads), warm=devices, path=str(path), devices=devices, cache=cache_dir)
+    devices, relaxed = _target(target)
+    code = _NEW_PROCESS.format(threads=str(threads), warm=devices, path=str(path), relaxed=relaxed, devices=devices,
+                               cache=cache_dir)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=600)
     ms, outcomes = out.stdout.split()[-2:]
     return float(ms), outcomes
@@ -141,16 +170,21 @@ def bench_model(name: str, entry: dict, threads: int, targets: list[str], runs: 
             row["litert"] = {"error": str(e).splitlines()[0][:200]}
     scratch = tempfile.mkdtemp(prefix="nnapi-vs-litert-")
     try:
+        relaxed_import = None
         for target in targets:
             figures: dict = {}
             row["nnapi"][target] = figures
             colds, cacheds = [], []
+            relaxed = _target(target)[1]
+            if relaxed and relaxed_import is None:
+                relaxed_import = load_tflite(path, relaxed=True)
+            model = relaxed_import if relaxed else imported
             try:
                 for k in range(prepare_runs):  # each cold preparation in an empty cache directory of its own
                     cache_dir = os.path.join(scratch, f"{target}-{k}")
                     os.makedirs(cache_dir)
-                    colds.append(_compile(imported, target, cache_dir)[1])
-                    compilation, cached_s = _compile(imported, target, cache_dir)
+                    colds.append(_compile(model, target, cache_dir)[1])
+                    compilation, cached_s = _compile(model, target, cache_dir)
                     cacheds.append(cached_s)
             except nnapi.NnError as e:
                 figures["error"] = f"{e.code.name}: {e.message.splitlines()[0][:200]}"
@@ -171,9 +205,10 @@ def bench_model(name: str, entry: dict, threads: int, targets: list[str], runs: 
             except Exception as e:  # the in-process figures stand
                 figures["prepare_cached_new_process_error"] = str(e).splitlines()[-1][:200] if str(e) else repr(e)
             figures["partitions"] = [s.device.name for s in compilation.steps]
+            figures["precision"] = _precision(compilation)
             outputs = compilation.execute(inputs)
             if ref is not None:
-                ok, note = check_outputs(outputs, ref)
+                ok, note = check_outputs(outputs, ref, RELAXED_TOLERANCE if relaxed else 1e-3)
                 figures["outputs_ok"], figures["outputs"] = ok, note
             runners[target] = (lambda c=compilation: c.execute(inputs))
         times: dict[str, list[float]] = {k: [] for k in runners}
@@ -231,7 +266,8 @@ def main() -> int:
     catalog = json.loads((SHARED / "models.json").read_text())
     names = args.models.split(",") if args.models else list(catalog)
     targets = args.targets.split(",")
-    warm_up_devices([t for t in targets if t != "default"] or None)
+    named = [d for t in targets for d in (_target(t)[0] or [])]
+    warm_up_devices(list(dict.fromkeys(named)) if len(named) == len(targets) else None)
     results = []
     for threads in thread_counts:
         for name in names:
@@ -246,19 +282,19 @@ def main() -> int:
         table = Table(title=f"nnapi vs LiteRT {'2.3.0 XNNPACK' if litert_ok else '(not installed)'}, {threads} "
                             f"thread(s), {args.runs} interleaved runs (ms; ratio = nnapi / LiteRT p50)")
         for col in ("model", "runtime", "p50", "p90", "ratio p50", "prepare cold", "prepare cached",
-                    "cold/cached", "cached new proc.", "cold/new", "partitions", "outputs"):
+                    "cold/cached", "cached new proc.", "cold/new", "partitions", "precision", "outputs"):
             table.add_column(col, justify="left" if col in ("model", "runtime", "partitions", "outputs") else "right")
         for row in (r for r in results if r["threads"] == threads):
             if "error" in row:
-                table.add_row(row["model"], "-", row["error"][:60], *[""] * 9)
+                table.add_row(row["model"], "-", row["error"][:60], *[""] * 10)
                 continue
             lite = row["litert"] or {}
             table.add_row(row["model"], "LiteRT", f"{lite.get('p50_ms', float('nan')):.3f}",
-                          f"{lite.get('p90_ms', float('nan')):.3f}", "", "", "", "", "", "", "",
+                          f"{lite.get('p90_ms', float('nan')):.3f}", "", "", "", "", "", "", "", "",
                           lite.get("error", "")[:40])
             for target, f in row["nnapi"].items():
                 if "error" in f:
-                    table.add_row("", target, f["error"][:60], *[""] * 9)
+                    table.add_row("", target, f["error"][:60], *[""] * 10)
                     continue
                 table.add_row("", target, f"{f['p50_ms']:.3f}", f"{f['p90_ms']:.3f}",
                               f"{f.get('ratio_p50', float('nan')):.2f}", f"{f['prepare_cold_ms']:.1f}",
@@ -266,6 +302,7 @@ def main() -> int:
                               f"{f.get('prepare_cached_new_process_ms', float('nan')):.1f}",
                               f"{f.get('prepare_ratio_new_process', float('nan')):.1f}",
                               "+".join(dict.fromkeys(f["partitions"])) + f" ({len(f['partitions'])})",
+                              f.get("precision", ""),
                               {True: "ok ", False: "OFF "}.get(f.get("outputs_ok"), "no reference")
                               + f.get("outputs", ""))
         console.print(table)

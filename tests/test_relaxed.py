@@ -1,6 +1,6 @@
 """Relaxed float32 (Android's relax_computation_float32_to_float16) runs in float16 where the hardware
-computes it: openvino on a CPU with native float16 arithmetic (AVX512-FP16, AMX-FP16), never bf16;
-elsewhere in float32 as before."""
+gains by it: openvino on a CPU with float16 matrix units (AMX-FP16), or with float16 vector arithmetic
+(AVX512-FP16) when NNAPI_OPENVINO_RELAXED_F16=1 asks, never bf16; elsewhere in float32 as before."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import nnapi
-from nnapi.drivers.openvino.device import native_float16
+from nnapi.drivers.base.shared import cpu_flags
+from nnapi.drivers.openvino.device import FLOAT16_DEFAULT, FLOAT16_FORCED, native_float16
 from nnapi.hal import NnError
 
 MODELS = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "models")
@@ -41,6 +42,28 @@ def test_relaxed_float16_can_be_turned_off(monkeypatch):
     finally:
         monkeypatch.delenv("NNAPI_OPENVINO_RELAXED_F16")
         native_float16.cache_clear()
+
+
+def test_relaxed_float16_by_default_only_on_matrix_units_and_on_vector_units_when_asked(monkeypatch):
+    """OpenVINO's f16 kernels on AVX512-FP16 alone ran slower than its f32 on every float shared model
+    (Sapphire Rapids): there f16 is an opt-in, and the driver's version says which, since an imported
+    export keeps the precision it was compiled in."""
+    from nnapi.drivers.openvino.device import OpenVinoDevice
+    assert "avx512_fp16" not in FLOAT16_DEFAULT and "avx512_fp16" in FLOAT16_FORCED
+    versions = {}
+    try:
+        for setting, features in (("", FLOAT16_DEFAULT), ("1", FLOAT16_FORCED)):
+            monkeypatch.setenv("NNAPI_OPENVINO_RELAXED_F16", setting)
+            native_float16.cache_clear()
+            want = "float16" if cpu_flags() & features else "float32"
+            assert want in _precision(nnapi.load(MODEL, devices=["openvino"], relaxed=True)), setting
+            assert "float32" in _precision(nnapi.load(MODEL, devices=["openvino"]))
+            versions[want] = OpenVinoDevice().driver_version()
+    finally:
+        monkeypatch.delenv("NNAPI_OPENVINO_RELAXED_F16")
+        native_float16.cache_clear()
+    if len(versions) == 2:  # (this CPU computes float16: the two settings are two driver versions)
+        assert versions["float16"] != versions["float32"] and "+f16" in versions["float16"]
 
 
 def test_relaxed_needs_a_tflite_path_or_a_model_that_relaxed_itself():

@@ -513,8 +513,8 @@ def load(model: str | os.PathLike | Model | ImportedModel,
     MEDIUM / HIGH (or "low", 90, ...). `preference`: an `ExecutionPreference` or its name
     ("sustained-speed"). `timeout`: seconds the compilation may take (None or 0: none); per-run
     timeouts go to `run(timeout=...)`. `relaxed`: float32 may be computed in float16 (Android's
-    `relax_computation_float32_to_float16`; drivers that can, do: openvino on a CPU with float16
-    arithmetic); a built model sets it itself before `finish`. Errors are `NnError` naming what is wrong."""
+    `relax_computation_float32_to_float16`; drivers that gain by it, do: openvino on a CPU with
+    float16 matrix units, AMX-FP16); a built model sets it itself before `finish`. Errors are `NnError` naming what is wrong."""
     imported: ImportedModel | None = None
     folder = None if cache_dir is None else os.path.expanduser(os.fspath(cache_dir))
     remembered = False

@@ -5,8 +5,9 @@ the exported compiled model.
   model content in this process and across processes.
 - Precision: OpenVINO's CPU default is bf16 where the CPU has it, which neither NNAPI's float32 nor a
   relaxed model's float16 allows: a compilation sets `INFERENCE_PRECISION_HINT` to f32, or to f16 for a
-  relaxed model (`relax_computation_float32_to_float16`) on a CPU with native float16 arithmetic
-  (`native_float16`: AVX512-FP16, AMX-FP16); elsewhere a relaxed model runs in f32. Quantized models run
+  relaxed model (`relax_computation_float32_to_float16`) on a CPU whose float16 matrix units OpenVINO's
+  f16 kernels run on (`native_float16`: AMX-FP16); elsewhere a relaxed model runs in f32, which relaxation
+  allows. Quantized models run
   on OpenVINO's int8 kernels (FakeQuantize, its low-precision pipeline) only on a CPU with int8 dot
   products (`native_int8`: VNNI); elsewhere they are lowered with plain rounding and computed in float.
 - Execution preference -> performance hint: FAST_SINGLE_ANSWER -> LATENCY, SUSTAINED_SPEED ->
@@ -16,8 +17,9 @@ the exported compiled model.
 - Cache: one model-cache file (`cache.py`): the partition's structure, preference and priority, and
   the exported compiled model, imported only from the verified bytes the base hands to `load`. No
   data-cache file: the export holds the weights in the layout the kernels read.
-- The driver version holds the OpenVINO version, this CPU's features and a fingerprint of the
-  lowering code (the base's identity hooks), so a change in any of them never trusts an older cache.
+- The driver version holds the OpenVINO version, this CPU's features, whether relaxed models run in f16
+  and a fingerprint of the lowering code (the base's identity hooks), so a change in any of them never
+  trusts an older cache.
 Nothing here uses the network; OpenVINO's telemetry lives in its conversion tools, never imported.
 """
 from __future__ import annotations
@@ -49,13 +51,25 @@ def model_work(model: Model) -> int:
 
 
 
+#: The CPU features on which a relaxed model runs in f16 by default: AMX-FP16, the float16 matrix units
+#: OpenVINO's f16 kernels use (`NNAPI_OPENVINO_RELAXED_F16=1` adds AVX512-FP16). With AVX512-FP16 alone (a
+#: Sapphire Rapids Xeon, OpenVINO 2026.4, its own reader, 2 threads) f16 was slower than f32 on every float
+#: shared model it reads, 1.09-1.69x (mobilenet_v2_f32 1.48x), and mobilenet_v2_f32's output was 4e-2 of its
+#: largest value off f32's; relaxation allows f32, so there relaxed models stay in f32
+#: (`python benchmarks/vs_litert.py --targets openvino,openvino:relaxed` shows both).
+FLOAT16_DEFAULT = frozenset({"amx_fp16"})
+FLOAT16_FORCED = frozenset({"amx_fp16", "avx512_fp16"})
+
+
 @functools.lru_cache(maxsize=1)
 def native_float16() -> bool:
-    """Whether this CPU computes float16 natively (AVX512-FP16 or AMX-FP16): only then does a relaxed
-    model run in f16 (never bf16, which lacks float16's precision); NNAPI_OPENVINO_RELAXED_F16=0 says no."""
-    if os.environ.get("NNAPI_OPENVINO_RELAXED_F16", "").strip() == "0":
+    """Whether a relaxed model runs in f16 on this CPU (never bf16, which lacks float16's precision): on
+    float16 matrix units (`FLOAT16_DEFAULT`); NNAPI_OPENVINO_RELAXED_F16=1 also on float16 vector
+    arithmetic (`FLOAT16_FORCED`), =0 nowhere."""
+    setting = os.environ.get("NNAPI_OPENVINO_RELAXED_F16", "").strip()
+    if setting == "0":
         return False
-    return bool(cpu_flags() & {"avx512_fp16", "amx_fp16"})
+    return bool(cpu_flags() & (FLOAT16_FORCED if setting == "1" else FLOAT16_DEFAULT))
 
 
 def native_int8() -> bool:
@@ -107,6 +121,11 @@ class OpenVinoDevice(DriverDevice):
         """The OpenVINO core this device compiles and imports with (made at first use)."""
         from .backend import ov
         return ov.Core()
+
+    def version_parts(self) -> dict[str, str]:
+        """Relaxed models compiled in f16 (`native_float16`): an import keeps the precision its export was
+        compiled in, whatever the import asks, so a cache written under the other setting is not trusted."""
+        return {"f16": ""} if native_float16() else {}
 
     # --- claims --------------------------------------------------------------------------------------
     def supported(self, model: Model) -> list[bool]:
