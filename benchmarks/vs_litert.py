@@ -8,7 +8,9 @@ and its row says the precision OpenVINO computes it in):
   compile) and cached (the same cache directory again), side by side, with the ratio of their medians
   over `--prepare-runs` pairs (each cold one in a directory of its own); the cached preparation also
   once in a new process (as after an app restart: nothing of the compilation in memory);
-- execution: after warm-ups, the targets run round-robin (LiteRT, then each nnapi target, repeated
+- execution: each nnapi target through its session's `run` (what `nnapi.load(...).run` gives an app: a
+  feed of the shapes it ran before reuses its prepared request); after warm-ups, the targets run round-robin
+  (LiteRT, then each nnapi target, repeated
   `--runs` times, each round starting one runtime later), so machine noise hits every runtime alike
   and each runtime runs after every other equally often; p50 / p90 per target and the ratio of
   p50s to LiteRT's (> 1: slower);
@@ -144,6 +146,7 @@ def bench_model(name: str, entry: dict, threads: int, targets: list[str], runs: 
 
     import nnapi
     from nnapi.importers import UnsupportedOperatorsError, load_tflite
+    from nnapi.session import CompiledModel
     os.environ["NNAPI_OPENVINO_THREADS"] = str(threads)
     path = SHARED / entry["file"]
     row: dict = {"model": name, "threads": threads, "litert": None, "nnapi": {}}
@@ -210,7 +213,8 @@ def bench_model(name: str, entry: dict, threads: int, targets: list[str], runs: 
             if ref is not None:
                 ok, note = check_outputs(outputs, ref, RELAXED_TOLERANCE if relaxed else 1e-3)
                 figures["outputs_ok"], figures["outputs"] = ok, note
-            runners[target] = (lambda c=compilation: c.execute(inputs))
+            session = CompiledModel(model.model, compilation, model)
+            runners[target] = (lambda s=session: s.run(inputs))
         times: dict[str, list[float]] = {k: [] for k in runners}
         for _ in range(warmup):
             for fn in runners.values():

@@ -29,6 +29,7 @@ from ...ops import OpContext, Tensor
 from ...validation import ConstantReader, build_operation_context, infer_model_shapes
 from .tensors import CHECK_PREFIX, check_outputs
 from .sequences import find_chains, lower_chain
+from .gru import find_gru_op
 from .unroll import unroll_loops
 from ..base.lowering import LoweringTable, with_dims
 from .lowering import (B8, F16, F32, I32, LOOPS, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value,
@@ -310,7 +311,8 @@ def build(model: Model, dims: list[tuple[int, ...]] | None = None, name: str = "
         raise ValueError(f"loops must be 'compact' or 'unrolled', not {loops!r}")
     tokens = ROUNDING.set(rounding), LOOPS.set(loops)
     try:
-        unrolled = unroll_loops(model)  # loops of a known count as straight-line code, or in blocks
+        # loops of a known count as straight-line code, or in blocks; a GRU's loop stays one (`gru`)
+        unrolled = unroll_loops(model, keep=lambda op: find_gru_op(model, op) is not None)
         if unrolled is not model:
             model, dims = unrolled, None
         with sharing_constants():

@@ -21,7 +21,7 @@ count, false at it.
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -40,13 +40,55 @@ BLOCK_TRIPS = (8, 16)
 _CONSTANT = (L.CONSTANT_COPY, L.CONSTANT_REFERENCE)
 
 
-class _Keep(Exception):
+class _Keep(ValueError):
     """This loop stays a loop."""
 
 
-def unroll_loops(model: Model) -> Model:
-    """`model` with every WHILE of its main graph whose trip count is known at compile time unrolled
-    (the same model object when there is none)."""
+@dataclasses.dataclass(frozen=True)
+class Control:
+    """A WHILE's control (`loop_control`): the input positions its condition depends on, through the
+    body's updates, and their values before each trip and after the last (`states[k]`: before trip k)."""
+
+    positions: frozenset[int]
+    states: tuple[dict[int, np.ndarray], ...]
+
+    @property
+    def trips(self) -> int:
+        return len(self.states) - 1
+
+
+def loop_control(model: Model, cond_index: int, body_index: int,
+                 initial: Sequence[np.ndarray | None]) -> Control | None:
+    """The control of a WHILE on subgraphs `cond_index` and `body_index` of `model` whose inputs start as
+    `initial` (None: not a constant), when its trip count follows from constants alone; else None (a
+    count that depends on the inputs, nested control flow, more than `MAX_TRIPS` trips)."""
+    cond, body = model.referenced[cond_index], model.referenced[body_index]
+    carried = len(body.output_indexes)  # input-output and state-only values; the rest are input-only
+    if len(cond.output_indexes) != 1 or carried > len(initial):
+        return None
+    if any(o.lifetime == L.SUBGRAPH for sub in (cond, body) for o in sub.operands):
+        return None  # nested control flow
+    # The loop's control: the positions the condition reads, closed under the body's updates.
+    cond_ops, control = _slice(cond, list(cond.output_indexes))
+    while True:
+        wanted = [body.output_indexes[p] for p in sorted(control) if p < carried]
+        body_ops, more = _slice(body, wanted)
+        if more <= control:
+            break
+        control |= more
+    if any(initial[p] is None for p in control):
+        return None  # the count depends on the inputs
+    try:
+        states = _count(cond, body, cond_ops, body_ops, control, carried, {p: initial[p] for p in control},
+                        ConstantReader(model))
+    except _Keep:
+        return None
+    return Control(frozenset(control), tuple(states))
+
+
+def unroll_loops(model: Model, keep: Callable[[Operation], bool] | None = None) -> Model:
+    """`model` with every WHILE of its main graph whose trip count is known at compile time unrolled,
+    except those `keep` says stay (the same model object when there is none)."""
     main = model.main
     if not any(op.type == Op.WHILE for op in main.operations):
         return model
@@ -56,7 +98,7 @@ def unroll_loops(model: Model) -> Model:
     referenced = list(model.referenced)
     changed = False
     for op in main.operations:
-        if op.type == Op.WHILE:
+        if op.type == Op.WHILE and not (keep is not None and keep(op)):
             try:
                 copies = _unrolled(model, reader, op, operands, referenced)
                 operations.extend(copies)
@@ -95,25 +137,16 @@ def _unrolled(model: Model, reader: ConstantReader, op: Operation, operands: lis
     _Keep."""
     main = model.main
     cond_index, body_index = (int(reader.value(main.operands[i])) for i in op.inputs[:2])
-    cond, body = model.referenced[cond_index], model.referenced[body_index]
+    body = model.referenced[body_index]
     args = list(op.inputs[2:])
     carried = len(body.output_indexes)  # input-output and state-only values; the rest are input-only
-    if len(cond.output_indexes) != 1 or not len(op.outputs) <= carried <= len(args):
+    if not len(op.outputs) <= carried <= len(args):
         raise _Keep
-    if any(o.lifetime == L.SUBGRAPH for sub in (cond, body) for o in sub.operands):
-        raise _Keep  # nested control flow
-    # The loop's control: the positions the condition reads, closed under the body's updates.
-    cond_ops, control = _slice(cond, list(cond.output_indexes))
-    while True:
-        wanted = [body.output_indexes[p] for p in sorted(control) if p < carried]
-        body_ops, more = _slice(body, wanted)
-        if more <= control:
-            break
-        control |= more
-    if not all(main.operands[args[p]].lifetime in _CONSTANT for p in control):
-        raise _Keep  # the count depends on the inputs
-    trips = _count(cond, body, cond_ops, body_ops, control, carried,
-                   {p: reader.value(main.operands[args[p]]) for p in control}, ConstantReader(model))
+    initial = [reader.value(main.operands[a]) if main.operands[a].lifetime in _CONSTANT else None for a in args]
+    control = loop_control(model, cond_index, body_index, initial)
+    if control is None:
+        raise _Keep
+    trips = control.trips
     if trips == 0 or trips * len(body.operations) > MAX_OPERATIONS:
         raise _Keep
     finals = [body.output_indexes[p] for p in range(len(op.outputs))]
@@ -193,39 +226,46 @@ def _slice(sub: Subgraph, wanted: Sequence[int]) -> tuple[list[Operation], set[i
 
 
 def _count(cond: Subgraph, body: Subgraph, cond_ops: list[Operation], body_ops: list[Operation], control: set[int],
-           carried: int, state: dict[int, np.ndarray | None], reader: ConstantReader) -> int:
-    """Iterations the loop runs, from its control values alone; _Keep beyond MAX_TRIPS."""
-    for trips in range(MAX_TRIPS + 1):
-        values = _run(cond, cond_ops, {cond.input_indexes[p]: state[p] for p in control}, reader)
+           carried: int, state: dict[int, np.ndarray], reader: ConstantReader) -> list[dict[int, np.ndarray]]:
+    """The control values before each trip and after the last, from the control values alone; _Keep
+    beyond MAX_TRIPS."""
+    states = [state]
+    for _ in range(MAX_TRIPS + 1):
+        values = evaluate(cond, cond_ops, {cond.input_indexes[p]: state[p] for p in control}, reader)
         go = values[cond.output_indexes[0]]
         if go.size != 1:
             raise _Keep
         if not bool(go.reshape(-1)[0]):
-            return trips
-        values = _run(body, body_ops, {body.input_indexes[p]: state[p] for p in control}, reader)
+            return states
+        values = evaluate(body, body_ops, {body.input_indexes[p]: state[p] for p in control}, reader)
         state = {p: values[body.output_indexes[p]] if p < carried else state[p] for p in control}
+        states.append(state)
     raise _Keep
 
 
-def _run(sub: Subgraph, ops: list[Operation], values: dict[int, np.ndarray | None],
-         reader: ConstantReader) -> dict[int, np.ndarray]:
-    """Evaluate `ops` of `sub` on `values` with the registry's kernels."""
+def evaluate(sub: Subgraph, ops: Sequence[Operation], values: dict[int, np.ndarray | None],
+             reader: ConstantReader) -> dict[int, np.ndarray]:
+    """Evaluate `ops` of `sub` on `values` (by operand) with the registry's kernels; `values` with
+    every result added. ValueError when an input has no value or an operation no kernel."""
     for step in ops:
         inputs = []
         for i in step.inputs:
             operand = sub.operands[i]
             value = values[i] if i in values else reader.value(operand)
             if value is None:
-                raise _Keep
+                raise _Keep(f"operand {i} has no value")
             inputs.append(Tensor(operand.type, () if operand.type.is_scalar else tuple(value.shape), operand.scale,
                                  operand.zero_point, operand.channel_quant, value))
         outputs = [Tensor(sub.operands[i].type, tuple(sub.operands[i].dimensions), sub.operands[i].scale,
                           sub.operands[i].zero_point, sub.operands[i].channel_quant) for i in step.outputs]
         registration = find_operation(step.type)
         if registration is None:
-            raise _Keep
+            raise _Keep(f"{step.type.name} has no kernel")
         ctx = OpContext(step.type, inputs, outputs)
         registration.prepare(ctx)
         for i, result in zip(step.outputs, registration.execute(ctx)):
             values[i] = np.asarray(result)
     return values
+
+
+__all__ = ["Control", "evaluate", "loop_control", "unroll_loops"]

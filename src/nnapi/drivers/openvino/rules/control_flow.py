@@ -5,6 +5,7 @@ values (the condition on the initial values, inlined in the outer graph, decides
 iteration). Its trip count is the graph's iteration budget (`graph.Scope.budget`); whether the loop
 stopped on the budget rather than on its condition (the last condition, when it ran at all) goes to
 the scope's ran-out flags, as do the flags of loops nested in its body, accumulated over iterations.
+A WHILE that runs a GRU cell over a sequence is one GRUSequence instead (`gru`).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from ..backend import ov, ops
 
 from ....hal import OperandType as T, OperationType as Op
 from ....ops import OpContext
+from ..gru import find_gru, lower_gru
 from ..lowering import B8, Unsupported, Value, collecting_checks, i64, lowers, out, runtime_check, scalar
 
 
@@ -33,6 +35,9 @@ def _same(a: ov.Output, b: ov.Output) -> bool:
 def while_loop(ctx: OpContext, xs, scope):
     cond_index, body_index = int(scalar(ctx, 0)), int(scalar(ctx, 1))
     args = xs[2:]
+    gru = find_gru(scope.model, cond_index, body_index, ctx.inputs[2:])
+    if gru is not None:  # a GRU over a sequence: one GRUSequence, no loop
+        return lower_gru(gru, args, ctx.outputs)
     first = scope.lower_subgraph(cond_index, args, inline=True)
     if len(first.outputs) != 1:
         raise Unsupported("WHILE condition with more than one output")
