@@ -10,9 +10,10 @@ and its row says the precision OpenVINO computes it in):
   once in a new process (as after an app restart: nothing of the compilation in memory);
 - execution: each nnapi target through its session's `run` (what `nnapi.load(...).run` gives an app: a
   feed of the shapes it ran before reuses its prepared request); after warm-ups, the targets run round-robin
-  (LiteRT, then each nnapi target, repeated
-  `--runs` times, each round starting one runtime later), so machine noise hits every runtime alike
-  and each runtime runs after every other equally often; p50 / p90 per target and the ratio of
+  (every runtime once per round, `--runs` rounds, in an order drawn anew each round), so machine noise
+  hits every runtime alike and each runtime runs after every other about equally often (a rotation would
+  have the first nnapi target follow LiteRT, whose threads still spin, 3 rounds in 4); p50 / p90 per
+  target and the ratio of
   p50s to LiteRT's (> 1: slower);
 - outputs: nnapi's outputs on the model's reference input are checked against LiteRT's
   (../shared/models/reference/<name>.npz) with LiteRT's tolerances (float: 1e-3 of the largest value;
@@ -32,6 +33,7 @@ import argparse
 import json
 import os
 import pathlib
+import random
 import shutil
 import statistics
 import sys
@@ -220,11 +222,14 @@ def bench_model(name: str, entry: dict, threads: int, targets: list[str], runs: 
             for fn in runners.values():
                 fn()
         order = list(runners.items())
+        shuffle = random.Random(0).shuffle
         for r in range(runs):
-            # Round-robin, each round starting one runtime later: noise hits every runtime alike, and each
-            # follows every other equally often (a runtime's threads still spinning from its last run slow
-            # whichever runs next).
-            for key, fn in order[r % len(order):] + order[:r % len(order)]:
+            # Every runtime once per round, in an order drawn anew each round: noise hits every runtime
+            # alike, and each follows every other about equally often (a runtime's threads still spinning
+            # from its last run slow whichever runs next; a rotation would have the same one follow
+            # LiteRT in 3 rounds of 4).
+            shuffle(order)
+            for key, fn in order:
                 start = time.perf_counter()
                 fn()
                 times[key].append((time.perf_counter() - start) * 1000)

@@ -86,8 +86,9 @@ def quant_net(kind: T = T.TENSOR_QUANT8_ASYMM_SIGNED, per_channel: bool = True,
               rng: np.random.Generator | None = None, logits: bool = False) -> nnapi.Model:
     """Quantized: CONV_2D (per-channel weights) RELU -> DEPTHWISE -> ADD -> MAX_POOL ->
     RESHAPE -> FULLY_CONNECTED -> SOFTMAX, the shape of a real int8 classifier. Outputs: the
-    softmax, the ADD (and with `logits`, the FULLY_CONNECTED output, scale 0.1)."""
-    RNG = rng if rng is not None else globals()["RNG"]  # noqa: N806
+    softmax, the ADD (and with `logits`, the FULLY_CONNECTED output, scale 0.1). Without `rng`, its own
+    generator of a fixed seed: the same model whichever tests ran before."""
+    RNG = rng if rng is not None else np.random.default_rng(1234)  # noqa: N806
     m = nnapi.Model()
     lo = -128 if kind == T.TENSOR_QUANT8_ASYMM_SIGNED else 0
     zp = lo + 3

@@ -37,13 +37,20 @@ SMALL_IO_BYTES = 64 << 10
 
 
 class _Request:
-    """One reusable inference request and the memory its tensors point at."""
+    """One reusable inference request of a compiled model and the memory its tensors point at."""
 
     __slots__ = ("request", "native", "inputs", "arrays", "outputs", "owned", "own_tensors", "own_inputs",
-                 "own_outputs")
+                 "own_outputs", "flags", "flag_tensors")
 
-    def __init__(self, request: ov.InferRequest, n_inputs: int, n_outputs: int) -> None:
-        self.request = request
+    def __init__(self, compiled: ov.CompiledModel, n_inputs: int, n_outputs: int, flag_ports: Sequence[int]) -> None:
+        self.request = request = compiled.create_infer_request()
+        #: Per flag output (the ran-out flag, the run-time checks: `flag_ports`), the request's own tensor,
+        #: set once, and its memory, which each execution reads in place (no tensor fetched per run).
+        self.flag_tensors = [ov.Tensor(compiled.output(k).get_element_type(), compiled.output(k).get_shape())
+                             for k in flag_ports]
+        for k, tensor in zip(flag_ports, self.flag_tensors):
+            request.set_output_tensor(k, tensor)
+        self.flags = [tensor.data for tensor in self.flag_tensors]
         #: Its inference as the driver base runs it (`base.native`), made once.
         self.native = NativeCall(lambda: request.infer(share_outputs=True), request.start_async, request.wait_for,
                                  request.cancel, what="openvino execution")
@@ -87,6 +94,8 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         #: (output index, one message per flag) of the graph's run-time checks (after the ran-out flag).
         self._checks = check_outputs(compiled, self._n_out + int(has_budget))
         self._loop_budget = LoopBudgets(model, MAX_LOOP_BUDGET, LOOP_BUDGET_GROWTH) if has_budget else None
+        #: The outputs each request reads in its own tensors (`_Request.flags`): ran-out, then checks.
+        self._flag_ports = ([self._n_out] if has_budget else []) + ([self._checks[0]] if self._checks else [])
         self._idle: list[_Request] = []
         self._lock = threading.Lock()
 
@@ -95,7 +104,7 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-        return _Request(self.compiled.create_infer_request(), self._n_in, self._n_out)
+        return _Request(self.compiled, self._n_in, self._n_out, self._flag_ports)
 
     def _give(self, req: _Request) -> None:
         with self._lock:
@@ -210,7 +219,9 @@ class OpenVinoPreparedModel(DriverPreparedModel):
             r.set_input_tensor(self._n_in, ov.Tensor(np.array(budget, np.int64)))
         run_native(binding, req.native)
         if self._checks is not None:  # (a failed check ends the execution, however the loops went)
-            raise_failed_check(self._checks[1], r.get_output_tensor(self._checks[0]).data)
-        return budget is not None and bool(r.get_output_tensor(self._n_out).data), None
+            flags = req.flags[-1]
+            if flags.any():
+                raise_failed_check(self._checks[1], flags)
+        return budget is not None and bool(req.flags[0]), None
 
 
