@@ -96,6 +96,8 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         self._loop_budget = LoopBudgets(model, MAX_LOOP_BUDGET, LOOP_BUDGET_GROWTH) if has_budget else None
         #: The outputs each request reads in its own tensors (`_Request.flags`): ran-out, then checks.
         self._flag_ports = ([self._n_out] if has_budget else []) + ([self._checks[0]] if self._checks else [])
+        #: The check flags' bytes when every check passed.
+        self._checks_passed = bytes(len(self._checks[1])) if self._checks else b""
         self._idle: list[_Request] = []
         self._lock = threading.Lock()
 
@@ -220,7 +222,7 @@ class OpenVinoPreparedModel(DriverPreparedModel):
         run_native(binding, req.native)
         if self._checks is not None:  # (a failed check ends the execution, however the loops went)
             flags = req.flags[-1]
-            if flags.any():
+            if flags.tobytes() != self._checks_passed:  # (40 ns; `flags.any()` takes 570)
                 raise_failed_check(self._checks[1], flags)
         return budget is not None and bool(req.flags[0]), None
 
