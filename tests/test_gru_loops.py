@@ -133,7 +133,7 @@ def _compare(model: nnapi.Model, feeds: list[np.ndarray], **options) -> set[str]
 
 
 @pytest.mark.parametrize("preference", [ExecutionPreference.FAST_SINGLE_ANSWER, ExecutionPreference.SUSTAINED_SPEED])
-@pytest.mark.parametrize("shape", [(12, 1, 8, 6), (5, 3, 4, 7), (1, 2, 3, 4)])
+@pytest.mark.parametrize("shape", [(12, 1, 8, 6), (5, 3, 4, 7), (1, 2, 3, 4), (100, 1, 3, 5)])
 def test_a_gru_loop_is_one_gru_sequence_computing_what_the_loop_computes(shape, preference):
     steps, batch, inputs, hidden = shape
     rng = np.random.default_rng(steps)

@@ -30,6 +30,9 @@ from ...ops import Tensor
 from ...validation import ConstantReader
 from .unroll import Control, evaluate, loop_control
 
+#: The longest sequence recognised (its trip count is found by running the loop's control: a few kernel
+#: calls per trip). Longer than what is unrolled (`unroll.MAX_TRIPS`): one node whatever the length.
+MAX_TRIPS = 1024
 #: Random draws the body is checked on, and how far it may be from the cell (float32 rounding).
 CHECK_DRAWS = 2
 ATOL, RTOL = 2e-5, 2e-5
@@ -80,7 +83,7 @@ def find_gru_op(model: Model, op: Operation) -> GruLoop | None:
 
 def _find(model: Model, cond_index: int, body_index: int, args: Sequence[Tensor]) -> GruLoop | None:
     body = model.referenced[body_index]
-    control = loop_control(model, cond_index, body_index, [a.value for a in args])
+    control = loop_control(model, cond_index, body_index, [a.value for a in args], MAX_TRIPS)
     if control is None or control.trips < 1:
         return None
     carried = len(body.output_indexes)

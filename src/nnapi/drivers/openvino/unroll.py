@@ -57,11 +57,11 @@ class Control:
         return len(self.states) - 1
 
 
-def loop_control(model: Model, cond_index: int, body_index: int,
-                 initial: Sequence[np.ndarray | None]) -> Control | None:
+def loop_control(model: Model, cond_index: int, body_index: int, initial: Sequence[np.ndarray | None],
+                 max_trips: int = MAX_TRIPS) -> Control | None:
     """The control of a WHILE on subgraphs `cond_index` and `body_index` of `model` whose inputs start as
     `initial` (None: not a constant), when its trip count follows from constants alone; else None (a
-    count that depends on the inputs, nested control flow, more than `MAX_TRIPS` trips)."""
+    count that depends on the inputs, nested control flow, more than `max_trips` trips)."""
     cond, body = model.referenced[cond_index], model.referenced[body_index]
     carried = len(body.output_indexes)  # input-output and state-only values; the rest are input-only
     if len(cond.output_indexes) != 1 or carried > len(initial):
@@ -80,7 +80,7 @@ def loop_control(model: Model, cond_index: int, body_index: int,
         return None  # the count depends on the inputs
     try:
         states = _count(cond, body, cond_ops, body_ops, control, carried, {p: initial[p] for p in control},
-                        ConstantReader(model))
+                        ConstantReader(model), max_trips)
     except _Keep:
         return None
     return Control(frozenset(control), tuple(states))
@@ -226,11 +226,12 @@ def _slice(sub: Subgraph, wanted: Sequence[int]) -> tuple[list[Operation], set[i
 
 
 def _count(cond: Subgraph, body: Subgraph, cond_ops: list[Operation], body_ops: list[Operation], control: set[int],
-           carried: int, state: dict[int, np.ndarray], reader: ConstantReader) -> list[dict[int, np.ndarray]]:
+           carried: int, state: dict[int, np.ndarray], reader: ConstantReader,
+           max_trips: int) -> list[dict[int, np.ndarray]]:
     """The control values before each trip and after the last, from the control values alone; _Keep
-    beyond MAX_TRIPS."""
+    beyond `max_trips`."""
     states = [state]
-    for _ in range(MAX_TRIPS + 1):
+    for _ in range(max_trips + 1):
         values = evaluate(cond, cond_ops, {cond.input_indexes[p]: state[p] for p in control}, reader)
         go = values[cond.output_indexes[0]]
         if go.size != 1:
