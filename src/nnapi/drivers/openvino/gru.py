@@ -83,10 +83,9 @@ def find_gru_op(model: Model, op: Operation) -> GruLoop | None:
 
 def _find(model: Model, cond_index: int, body_index: int, args: Sequence[Tensor]) -> GruLoop | None:
     body = model.referenced[body_index]
-    control = loop_control(model, cond_index, body_index, [a.value for a in args], MAX_TRIPS)
-    if control is None or control.trips < 1:
-        return None
     carried = len(body.output_indexes)
+    if carried > len(args) or sum(op.type == Op.FULLY_CONNECTED for op in body.operations) != 2:
+        return None  # (the cheap checks first: counting the trips runs the loop's control)
     used = [body.operands[i].number_of_consumers > 0 for i in body.input_indexes]
     readers = _readers(body)
     # The sequence: the one input-only value the body reads, by a GATHER on axis 0 at a counter.
@@ -95,10 +94,12 @@ def _find(model: Model, cond_index: int, body_index: int, args: Sequence[Tensor]
         return None
     sequence = read[0]
     seq_dims = tuple(args[sequence].dims)
-    if args[sequence].type != T.TENSOR_FLOAT32 or len(seq_dims) != 3 or seq_dims[0] < control.trips:
-        return None
     gathers = readers.get(body.input_indexes[sequence], [])
-    if len(gathers) != 1 or gathers[0].type != Op.GATHER:
+    if args[sequence].type != T.TENSOR_FLOAT32 or len(seq_dims) != 3 or len(gathers) != 1 \
+            or gathers[0].type != Op.GATHER:
+        return None
+    control = loop_control(model, cond_index, body_index, [a.value for a in args], MAX_TRIPS)
+    if control is None or not 1 <= control.trips <= seq_dims[0]:
         return None
     counter = _position(body, gathers[0].inputs[2])
     if counter not in control.positions or any(
