@@ -18,7 +18,6 @@ on a pooled thread as on a new one, and not for a thread that waits for work.
 from __future__ import annotations
 
 import atexit
-import collections
 import contextvars
 import logging
 import os
@@ -123,15 +122,13 @@ class _Pool:
 
     def give(self, work: _Work) -> bool:
         """Hand `work` to an idle thread, which the exit waits for from now on; False when none waits."""
-        with self._lock:
-            if not self._idle:
-                return False
-            idle = self._idle.pop()  # (the one that waited least: its caches are the warmest)
         with _lock:  # (registered before it runs, as `start` registers a new thread: no exit between)
             if _exiting.is_set():
-                with self._lock:
-                    self._idle.append(idle)
                 raise ProcessExiting(f"{work.name}: the process is exiting: driver work is not started")
+            with self._lock:
+                if not self._idle:
+                    return False
+                idle = self._idle.pop()  # (the one that waited least: its caches are the warmest)
             _live[idle.thread] = (work.stop, work.exit_wait_s)
         idle.work = work
         idle.event.set()

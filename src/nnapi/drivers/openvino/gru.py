@@ -28,6 +28,7 @@ from .backend import ov, ops
 from ...hal import Model, OperandLifeTime as L, OperandType as T, Operation, OperationType as Op, Subgraph
 from ...ops import Tensor
 from ...validation import ConstantReader
+from .lowering import i64
 from .unroll import Control, evaluate, loop_control
 
 #: The longest sequence recognised (its trip count is found by running the loop's control: a few kernel
@@ -84,7 +85,8 @@ def find_gru_op(model: Model, op: Operation) -> GruLoop | None:
 def _find(model: Model, cond_index: int, body_index: int, args: Sequence[Tensor]) -> GruLoop | None:
     body = model.referenced[body_index]
     carried = len(body.output_indexes)
-    if carried > len(args) or sum(op.type == Op.FULLY_CONNECTED for op in body.operations) != 2:
+    products = [op for op in body.operations if op.type == Op.FULLY_CONNECTED]
+    if carried > len(args) or len(products) != 2:
         return None  # (the cheap checks first: counting the trips runs the loop's control)
     used = [body.operands[i].number_of_consumers > 0 for i in body.input_indexes]
     readers = _readers(body)
@@ -118,7 +120,6 @@ def _find(model: Model, cond_index: int, body_index: int, args: Sequence[Tensor]
     if any(args[p].type != T.TENSOR_FLOAT32 or int(np.prod(args[p].dims)) != batch * hidden for p in slots):
         return None
     reader = ConstantReader(model)
-    products = [op for op in body.operations if op.type == Op.FULLY_CONNECTED]
     on_state = [op for op in products if op.inputs[0] == body.input_indexes[state]]
     on_input = [op for op in products if op not in on_state]
     if len(on_state) != 1 or len(on_input) != 1:
@@ -206,10 +207,10 @@ def lower_gru(found: GruLoop, args: Sequence, outputs: Sequence[Tensor]) -> list
     H = found.hidden
     seq = args[found.sequence].node  # [T', B, I], time first
     if args[found.sequence].shape[0] != found.trips:
-        seq = ops.slice(seq, _i64([0]), _i64([found.trips]), _i64([1]), _i64([0])).output(0)
+        seq = ops.slice(seq, i64([0]), i64([found.trips]), i64([1]), i64([0])).output(0)
     batch = args[found.sequence].shape[1]
-    x = ops.transpose(seq, _i64([1, 0, 2])).output(0)  # [B, T, I]
-    h0 = ops.reshape(args[found.state].node, _i64([batch, 1, H]), special_zero=False).output(0)
+    x = ops.transpose(seq, i64([1, 0, 2])).output(0)  # [B, T, I]
+    h0 = ops.reshape(args[found.state].node, i64([batch, 1, H]), special_zero=False).output(0)
     lengths = ops.constant(np.full(batch, found.trips, np.int32)).output(0)
     bias = np.concatenate([found.bw[:2 * H] + found.br[:2 * H], found.bw[2 * H:], found.br[2 * H:]])
     # (copied constants: the derived arrays live no longer than this call)
@@ -221,16 +222,12 @@ def lower_gru(found: GruLoop, args: Sequence, outputs: Sequence[Tensor]) -> list
     results = []
     for p, tensor in enumerate(outputs):
         if p == found.state or p in found.slots:
-            results.append(ops.reshape(last, _i64(list(tensor.dims)), special_zero=False).output(0))
+            results.append(ops.reshape(last, i64(list(tensor.dims)), special_zero=False).output(0))
         elif p in found.finals:
             results.append(ops.constant(np.asarray(found.finals[p])).output(0))
         else:
             raise ValueError(f"WHILE output {p} is neither the state, a slot nor the control")
     return results
-
-
-def _i64(values: list[int]) -> ov.Output:
-    return ops.constant(np.asarray(values, np.int64)).output(0)
 
 
 __all__ = ["GruLoop", "cell", "find_gru", "find_gru_op", "lower_gru"]
