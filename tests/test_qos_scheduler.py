@@ -9,6 +9,7 @@ import threading
 import time
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from nnapi.hal import NO_DEADLINE, ErrorStatus, NnError, Priority
 from nnapi.qos import DurationStats, Scheduler, checkpoint, current, normalize_deadline
@@ -115,6 +116,15 @@ def test_the_cost_model_prior_is_halved_before_any_run():
     assert stats.lower_ns() == 5 * MS
     stats.record(8 * MS)
     assert stats.lower_ns() == 8 * MS
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=120), st.integers(1, 8))
+def test_the_fastest_recent_run_is_the_least_of_the_window(durations, window):
+    stats = DurationStats(window=window)
+    for k, ns in enumerate(durations):
+        stats.record(ns)
+        assert stats.lower_ns() == min(durations[max(0, k + 1 - window):k + 1])
 
 
 def test_work_that_waiting_work_makes_miss_is_refused_transient():

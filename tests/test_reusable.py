@@ -136,6 +136,48 @@ def test_a_reusable_execution_computes_again_on_new_contents(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("n", [4, 1 << 15])
+def test_the_steady_computations_of_a_reusable_execution_read_and_write_the_arrays_as_they_are_then(device, n):
+    """Past its first computations a reusable execution runs as the drivers set it up (tensors kept over the
+    arrays, aliases, the results' checks remembered): small arrays and large ones (128 KB: over the size at
+    which the drivers point at the app's memory instead of copying), an int32 and a bool output beside the
+    float one, many computations on new contents, each what a fresh execution gives; two reusable executions
+    of one compilation taking turns do not mix up their arrays."""
+    _installed(device)
+    m = nnapi.Model()
+    a = m.add_operand(T.TENSOR_FLOAT32, (n,))
+    b = m.add_operand(T.TENSOR_FLOAT32, (n,))
+    act = m.add_operand(T.INT32)
+    m.set_operand_value(act, 0)
+    total = m.add_operand(T.TENSOR_FLOAT32, (n,))
+    m.add_operation(Op.ADD, [a, b, act], [total])
+    axis = m.add_operand(T.INT32)
+    m.set_operand_value(axis, 0)
+    arg = m.add_operand(T.TENSOR_INT32, (1,))
+    m.add_operation(Op.ARGMAX, [a, axis], [arg])
+    greater = m.add_operand(T.TENSOR_BOOL8, (n,))
+    m.add_operation(Op.GREATER, [a, b], [greater])
+    m.identify_inputs_and_outputs([a, b], [total, arg, greater])
+    m.finish()
+    c = nnapi.Compilation(m, devices=[device]).finish()
+    first = [np.zeros(n, np.float32), np.zeros(n, np.float32)]
+    second = [np.zeros(n, np.float32), np.zeros(n, np.float32)]
+    outs = {id(first): [np.zeros(n, np.float32), np.zeros(1, np.int32), np.zeros(n, np.bool_)],
+            id(second): [np.zeros(n, np.float32), np.zeros(1, np.int32), np.zeros(n, np.bool_)]}
+    executions = {id(first): _reusable(c, first, outs[id(first)]), id(second): _reusable(c, second, outs[id(second)])}
+    for k in range(3 * RUNS):  # (nothing else runs the compilation in between: its drivers stay set up)
+        ins = first if k < RUNS or k % 2 else second
+        ins[0][:], ins[1][:] = _feeds(n, k)
+        executions[id(ins)].compute()
+        got = outs[id(ins)]
+        np.testing.assert_array_equal(got[0], ins[0] + ins[1])
+        assert got[1][0] == np.argmax(ins[0])
+        np.testing.assert_array_equal(got[2], ins[0] > ins[1])
+    for got, expected in zip(outs[id(ins)], _fresh(c, ins)):
+        np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_shared_memory_arguments_are_read_and_written_again_at_each_computation(device):
     _installed(device)
     n = 64

@@ -126,7 +126,10 @@ class DurationStats:
 
     def __init__(self, prior_ns: int = 0, window: int = 32) -> None:
         self.prior_ns = int(prior_ns)
-        self._recent: deque[int] = deque(maxlen=window)
+        self._window = max(1, int(window))
+        #: The window's ascending minima, (run number, ns): the first is the fastest of the last `window`
+        #: runs (a sliding-window minimum, a few steps per run whatever the window).
+        self._minima: deque[tuple[int, int]] = deque()
         self._lowest: int | None = None
         self._lock = threading.Lock()
         self.runs = 0
@@ -134,11 +137,17 @@ class DurationStats:
 
     def record(self, ns: int) -> None:
         """One completed run's running time (time spent waiting or preempted excluded)."""
+        ns = int(ns)
         with self._lock:
-            self._recent.append(int(ns))
-            self._lowest = min(self._recent)
-            self.runs += 1
-            self.mean_ns += (ns - self.mean_ns) / min(self.runs, 16)  # a running mean that follows drift
+            run = self.runs = self.runs + 1
+            minima = self._minima
+            while minima and minima[-1][1] >= ns:
+                minima.pop()
+            minima.append((run, ns))
+            if minima[0][0] <= run - self._window:
+                minima.popleft()
+            self._lowest = minima[0][1]
+            self.mean_ns += (ns - self.mean_ns) / (run if run < 16 else 16)  # a running mean that follows drift
 
     def lower_ns(self) -> int:
         """The least a run can take: the fastest recent run, else half the cost model's bound. (A

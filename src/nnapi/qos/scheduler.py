@@ -139,12 +139,13 @@ class Scheduler:
                label: str = "work") -> Ticket:
         """Admit work or refuse it at once (see the module doc). `client` is the app's uid (default:
         this process's); `stats` the prepared model's past runs; `lower_ns` overrides their bound."""
-        uid = os.getuid() if client is None else int(getattr(client, "uid", client))  # an int or a ClientId
+        uid = os.getuid() if client is None else client if type(client) is int else int(getattr(client, "uid", client))
         key = 0 if self.fifo else uid  # FIFO: one queue for everybody, in arrival order
         priority = priority if type(priority) is Priority else Priority(priority)
         rank = 0 if self.fifo else int(priority)
-        deadline = normalize_deadline(deadline)
-        lower = int(lower_ns if lower_ns is not None else (stats.lower_ns() if stats is not None else 0))
+        if deadline is not None:
+            deadline = normalize_deadline(deadline)
+        lower = int(lower_ns) if lower_ns is not None else stats.lower_ns() if stats is not None else 0
         now = self.clock()
         if deadline is not None and (now >= deadline or now + lower > deadline):
             self._count("refused_persistent")

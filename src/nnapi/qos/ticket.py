@@ -222,8 +222,8 @@ class Ticket:
             return self.run_ns + self.scheduler.clock() - self.segment_start
         return self.run_ns
 
-    def run(self, fn: Callable[[], T]) -> T:
-        """Wait for a slot, run `fn` on this thread with this ticket current, free the slot."""
+    def run(self, fn: Callable[..., T], *args: object) -> T:
+        """Wait for a slot, run `fn(*args)` on this thread with this ticket current, free the slot."""
         if self.ran:
             raise RuntimeError("a ticket runs once")
         self.ran = True
@@ -242,7 +242,7 @@ class Ticket:
             if self.handoff is not None:
                 scheduler.await_handoff(self)
             _local.ticket = self
-            result = fn()
+            result = fn(*args)
             outcome = "ok"
             return result
         except NnError as e:

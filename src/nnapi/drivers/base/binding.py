@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 import weakref
 from typing import Callable, Sequence
 
@@ -100,7 +101,15 @@ class Binding:
         #: A kept binding's output views by (output, shape), and its outputs' sufficiency for the static
         #: shapes last checked (its request and pools never change); made when it is kept (`again`).
         self._kept_views: dict[tuple, np.ndarray | None] | None = None
-        self._kept_static: tuple[list[tuple[int, ...]], list[OutputShape]] | None = None
+        self._kept_static: tuple[Sequence, list[tuple[int, ...]], list[OutputShape]] | None = None
+        #: A kept binding's last results when the driver wrote every output in place (its output views,
+        #: held here, so the same objects again mean the same regions and shapes) and what they checked as.
+        self._kept_written: tuple[tuple[object, ...], list[OutputShape]] | None = None
+        #: What the driver keeps about a kept binding between its computations (`kept`), to run it again
+        #: without working it out anew; it goes with the binding.
+        self.driver_state: object = None
+        #: A kept binding's last output shapes and their sufficiency.
+        self._kept_shapes: tuple[list[tuple[int, ...]], list[OutputShape]] | None = None
 
     def again(self, buffers: RequestBuffers, deadline: int | None) -> "Binding":
         """This binding for the next computation of a reusable execution (its request and mapped pools are
@@ -109,6 +118,12 @@ class Binding:
         if self._kept_inputs is None:
             self._kept_inputs, self._kept_views = {}, {}
         return self
+
+    @property
+    def kept(self) -> bool:
+        """A reusable execution's binding (`again`): each computation hands out the same input arrays and
+        output views, over the same memory."""
+        return self._kept_inputs is not None
 
     # --- inputs ----------------------------------------------------------------------------------
     def input_shape(self, k: int) -> tuple[int, ...]:
@@ -232,14 +247,14 @@ class Binding:
     # --- after the run (the base) ----------------------------------------------------------------
     def check_static_outputs(self, shapes: Sequence[Sequence[int]]) -> None:
         """OUTPUT_INSUFFICIENT_SIZE (with every shape) before running, when the shapes are known."""
-        shapes = [tuple(s) for s in shapes]
         kept = self._kept_static
-        if kept is not None and kept[0] == shapes and not self.buffers.outputs:
-            self._checked = list(kept[1])  # (a kept binding's regions are those it checked)
+        if kept is not None and not self.buffers.outputs and (kept[0] is shapes or kept[1] == shapes):
+            self._checked = list(kept[2])  # (a kept binding's regions are those it checked)
             return
+        given, shapes = shapes, [tuple(s) for s in shapes]
         self._checked = self._sufficiency(shapes)
         if self._kept_inputs is not None and not self.buffers.outputs:
-            self._kept_static = (shapes, self._checked)
+            self._kept_static = (given, shapes, self._checked)
 
     def _sufficiency(self, shapes: list[tuple[int, ...]]) -> list[OutputShape]:
         result = []
@@ -259,12 +274,20 @@ class Binding:
 
     def finish(self, values: Sequence[object]) -> list[OutputShape]:
         """Check the run's outputs against their regions, write them back, keep memory-domain outputs."""
+        written = self._kept_written
+        if written is not None and len(values) == len(written[0]) and all(map(operator.is_, values, written[0])) \
+                and not self.buffers.outputs:
+            return list(written[1])  # (the views written in place last time, again: nothing to check or copy)
         if len(values) != len(self._outputs):
             raise NnError(ErrorStatus.GENERAL_FAILURE,
                           f"the driver produced {len(values)} outputs, the model has {len(self._outputs)}")
         shapes = [() if operand.type.is_scalar else (v.shape if type(v) is np.ndarray else
                                                       tuple(int(d) for d in np.shape(v)))
                   for operand, v in zip(self._outputs, values)]
+        if self._kept_views is not None and not self.buffers.outputs:
+            result = self._finish_kept(values, shapes)
+            if result is not None:
+                return result
         checked = self._checked  # the shapes checked before the run, if the results have them
         result = checked if checked is not None and all(s == c.dimensions for s, c in zip(shapes, checked)) else \
             self._sufficiency(shapes)
@@ -285,3 +308,28 @@ class Binding:
             self.buffers.store_outputs(kept)
         return result
 
+    def _finish_kept(self, values: Sequence[object], shapes: list[tuple[int, ...]]) -> list[OutputShape] | None:
+        """`finish` for a kept binding without memory-domain outputs: its regions never change, so the
+        sufficiency of the shapes of the last run holds again, and each output goes through its view (the
+        driver's own when it wrote in place); None where an output has no view (read-only or an image)."""
+        views = [self.output_view(k, shape) for k, shape in enumerate(shapes)]
+        if any(view is None for view in views):
+            return None
+        memo = self._kept_shapes
+        if memo is not None and memo[0] == shapes:
+            result = list(memo[1])
+        else:
+            checked = self._checked
+            result = checked if checked is not None and all(s == c.dimensions for s, c in zip(shapes, checked)) \
+                else self._sufficiency(shapes)
+            self._kept_shapes = (shapes, list(result))
+        in_place = True
+        for view, value in zip(views, values):
+            if value is view:
+                continue  # the driver wrote straight into the region
+            in_place = False
+            array = value if type(value) is np.ndarray else np.asarray(value)
+            view[...] = array if array.shape == view.shape else array.reshape(view.shape)  # (cast as `astype` does)
+        if in_place:
+            self._kept_written = (tuple(values), list(result))
+        return result

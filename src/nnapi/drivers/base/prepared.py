@@ -175,11 +175,11 @@ class DriverPreparedModel(IPreparedModel):
         if trace.active():
             with trace.span(ticket.label, "driver", device=self.device_name, app=ticket.uid,
                             priority=self.priority.name) as args:
-                shapes = ticket.run(lambda: self._compute(request, ticket.deadline, loop_timeout_ns, pools, reuse))
+                shapes = ticket.run(self._compute, request, ticket.deadline, loop_timeout_ns, pools, reuse)
                 args.update(run_us=ticket.run_ns // 1000, waited_us=ticket.wait_ns // 1000,
                             preemptions=ticket.preemptions)
         else:
-            shapes = ticket.run(lambda: self._compute(request, ticket.deadline, loop_timeout_ns, pools, reuse))
+            shapes = ticket.run(self._compute, request, ticket.deadline, loop_timeout_ns, pools, reuse)
         if measure == MeasureTiming.YES:  # on the device: running time; in the driver: from the call
             return shapes, Timing(_us(ticket.run_ns), _us(time.monotonic_ns() - start))
         return shapes, _NO_TIMING

@@ -96,7 +96,11 @@ class XlaPreparedModel(Stages, DriverPreparedModel):
     def run(self, binding: Binding) -> list:
         """Inputs read in place (large aligned ones aliased as device arrays), the sub-models run in
         order with a QoS checkpoint between them; the results stay device arrays for the base to
-        write back (or keep, for memory-domain outputs)."""
+        write back (or keep, for memory-domain outputs). A kept binding of one sub-model without loops
+        runs again as it was set up the first time (`_Steady`)."""
+        steady = binding.driver_state
+        if type(steady) is _Steady and steady.segments is self.segments and not trace.active():
+            return steady.run(binding, self)
         sig = self.signature
         args = []
         for k, shape in enumerate(self._input_shapes):
@@ -132,6 +136,8 @@ class XlaPreparedModel(Stages, DriverPreparedModel):
                               f"xla execution failed: {type(e).__name__}: {e}") from e
             values.update(zip((s.index for s in seg.outputs), outs))
         self.count_run()
+        if binding.kept and not binding.buffers.inputs:
+            binding.driver_state = _Steady.of(self, segments, args)
         return [values[s.index] for s in sig.outputs]
 
     @staticmethod
@@ -139,7 +145,7 @@ class XlaPreparedModel(Stages, DriverPreparedModel):
         """One run of a sub-model's executable (`base.native`; with an iteration budget when it has
         loops), its checks read: (whether a loop ran out of the budget, the outputs)."""
         outs = run_native(binding, NativeCall(
-            lambda: jax.block_until_ready(exe(*args) if budget is None else exe(*args, np.int32(budget))),
+            lambda: _ready(exe(*args) if budget is None else exe(*args, np.int32(budget))),
             workers=WORKER_THREADS, what="xla execution"))  # (LOW work: in the OS's background)
         if seg.checks:  # a failed check ends the execution, whatever the loops did
             *outs, flags = outs
@@ -148,3 +154,57 @@ class XlaPreparedModel(Stages, DriverPreparedModel):
             return False, list(outs)
         *outs, ran_out = outs
         return bool(ran_out), outs
+
+
+def _ready(outs):
+    """A sub-model's outputs (a flat sequence of device arrays), once computed."""
+    for out in outs:
+        out.block_until_ready()
+    return outs
+
+
+class _Steady:
+    """A kept binding's run of a prepared model of one sub-model without loops (`Binding.driver_state`): its
+    arguments and its native call made once, the aliased inputs (device arrays over the app's memory) made
+    again at each run; valid while the prepared model runs these `segments` (a stage swap makes it anew)."""
+
+    __slots__ = ("segments", "args", "aliased", "native", "checks", "picks")
+
+    def __init__(self, segments: list, args: list, aliased: list[tuple[int, int]], checks, picks: list[int]) -> None:
+        self.segments, self.args, self.aliased, self.checks, self.picks = segments, args, aliased, checks, picks
+        exe = segments[0][1]
+        self.native = NativeCall(lambda: _ready(exe(*args)), workers=WORKER_THREADS, what="xla execution")
+
+    @classmethod
+    def of(cls, prepared: XlaPreparedModel, segments: list, inputs: list) -> "_Steady | None":
+        """The steady run of this computation's arguments, or None (several sub-models, loops, or a main
+        output that is not the sub-model's)."""
+        if len(segments) != 1 or segments[0][0].loops:
+            return None
+        seg = segments[0][0]
+        sig = prepared.signature
+        by_index = {s.index: j for j, s in enumerate(sig.inputs)}
+        if any(s.index not in by_index for s in seg.inputs):
+            return None
+        produced = {s.index: j for j, s in enumerate(seg.outputs)}
+        if any(s.index not in produced for s in sig.outputs):
+            return None
+        args = [*(inputs[by_index[s.index]] for s in seg.inputs), *(prepared.constants[s.index] for s in seg.constants)]
+        aliased = [(j, by_index[s.index]) for j, s in enumerate(seg.inputs) if not isinstance(args[j], np.ndarray)]
+        return cls(segments, args, aliased, seg.checks, [produced[s.index] for s in sig.outputs])
+
+    def run(self, binding: Binding, prepared: XlaPreparedModel) -> list:
+        args = self.args
+        for j, k in self.aliased:  # (an alias is made at each run: the app's memory is read as it is then)
+            args[j] = jax.device_put(binding.input(k))
+        try:
+            outs = run_native(binding, self.native)
+        except NnError:
+            raise
+        except Exception as e:  # never crash the caller on a runtime failure of XLA
+            raise NnError(ErrorStatus.GENERAL_FAILURE, f"xla execution failed: {type(e).__name__}: {e}") from e
+        if self.checks:
+            *outs, flags = outs
+            raise_failed_check(self.checks, flags)
+        prepared.count_run()
+        return [outs[j] for j in self.picks]
