@@ -17,6 +17,8 @@ _FLOAT_RANGES = {
     FusedActivationFunc.RELU1: (-1.0, 1.0),
     FusedActivationFunc.RELU6: (0.0, 6.0),
 }
+#: Each activation by its code.
+_BY_CODE = {int(f): f for f in FusedActivationFunc}
 
 
 def activation_range(activation: int) -> tuple[float | None, float | None]:
@@ -28,6 +30,9 @@ def activation_range(activation: int) -> tuple[float | None, float | None]:
 
 def check_activation(op_name: str, value: int) -> FusedActivationFunc:
     """The activation code as an enum; INVALID_ARGUMENT naming the operation when out of range."""
+    known = _BY_CODE.get(value) if type(value) is int else None
+    if known is not None:
+        return known  # (the enum's own lookup costs more than the rest of a tiny execution's kernel)
     try:
         return FusedActivationFunc(value)
     except ValueError:
@@ -36,7 +41,8 @@ def check_activation(op_name: str, value: int) -> FusedActivationFunc:
 
 def apply_float(x: np.ndarray, activation: int) -> np.ndarray:
     """Clamp a float result by the fused activation (a new array unless the activation is NONE)."""
-    lo, hi = _FLOAT_RANGES[FusedActivationFunc(activation)]
+    lo, hi = _FLOAT_RANGES[activation] if type(activation) is FusedActivationFunc else \
+        _FLOAT_RANGES[FusedActivationFunc(activation)]
     if lo is None and hi is None:
         return x
     # np.fmax/np.minimum: much cheaper than np.clip; fmax takes NaN to the low end (activation_range)

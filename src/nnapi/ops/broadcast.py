@@ -49,6 +49,8 @@ def broadcast_dims(ctx: OpContext, a: Sequence[int], b: Sequence[int], *,
     unknown = ctx.compile_time if zeros_unknown is None else zeros_unknown
     if unknown and (not a or not b):
         raise UnknownValue(f"{ctx.op.name}: input rank not known yet")
+    if not unknown and type(a) is tuple and a == b:
+        return a  # (the same shape: nothing to broadcast)
     out = []
     for i in range(1, max(len(a), len(b)) + 1):
         d1 = a[-i] if i <= len(a) else 1

@@ -70,7 +70,8 @@ class OpContext:
         v = self.inputs[i].value
         if v is None:
             raise UnknownValue(f"{self.op.name}: input {i} is not constant")
-        return v.reshape(-1)[0].item() if v.size else None
+        size = v.size
+        return v.item() if size == 1 else v.reshape(-1)[0].item() if size else None
 
     def has_input(self, i: int) -> bool:
         """True when input `i` exists and is not omitted."""

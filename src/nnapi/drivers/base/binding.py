@@ -212,7 +212,7 @@ class Binding:
         limit = self.memory_limit_bytes
         if limit is None:
             return
-        nbytes = math.prod(int(d) for d in shape) * np.dtype(dtype).itemsize
+        nbytes = int(math.prod(shape)) * np.dtype(dtype).itemsize
         if nbytes > limit:
             raise NnError(ErrorStatus.RESOURCE_EXHAUSTED_PERSISTENT,
                           f"{what} needs {nbytes} bytes ({list(shape)}), more than the driver's memory limit of "

@@ -44,7 +44,8 @@ class ReferencePreparedModel(DriverPreparedModel):
         return self._planned
 
     def run(self, binding: Binding) -> list[np.ndarray]:
-        self._plan()
+        if not self._planned:
+            self._plan()
         main = self.model.main
         values: dict[int, np.ndarray | None] = {index: binding.input(k) for k, index in enumerate(main.input_indexes)}
         executor = ModelExecutor(self.referenced, None, binding.loop_timeout_ns, binding.check_allocation)
