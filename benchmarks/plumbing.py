@@ -8,7 +8,8 @@ What counts as which, per driver (a file's default, then the functions or classe
   openvino `graph.py` and `unroll.py`, the run-time tensor helpers of the compiled graph (`tensors.py`:
   writable aliases of read-only memory, the run-time checks' output) and the compile properties; reference `interpreter.py`), the
   driver's `compile` hook, and the calls into the compiled program with its inputs and outputs (the
-  prepared model's `run` and what it calls); for a multi-stage driver, its optimised stage's compile and
+  prepared model's `run` and what it calls: xla's `_Steady`, a kept binding's run, and openvino's
+  `infer_call`, the inference itself); for a multi-stage driver, its optimised stage's compile and
   warm-up run (xla `optimized_stage`, `_warm_up`: when it runs, on which thread, the swap and the cache
   rewrite are the base's `stages`);
 - cache: the cache format (`cache.py`) and the driver's `save` / `load` hooks;
@@ -48,7 +49,8 @@ NAMED: dict[str, dict[str, str]] = {
             "analysis.py:_prove": "compile", "analysis.py:lower_graph": "compile",
             "analysis.py:static_analysis": "compile",
             "device.py:XlaDevice.load": "cache", "prepared_model.py:XlaPreparedModel.run": "compile",
-            "prepared_model.py:XlaPreparedModel.call": "compile",
+            "prepared_model.py:XlaPreparedModel.call": "compile", "prepared_model.py:_Steady": "compile",
+            "prepared_model.py:_ready": "compile",
             "prepared_model.py:XlaPreparedModel.optimized_stage": "compile",
             "prepared_model.py:XlaPreparedModel._warm_up": "compile"},
     "openvino": {"device.py:OpenVinoDevice.compile": "compile", "device.py:OpenVinoDevice.config": "compile",
@@ -65,7 +67,7 @@ NAMED: dict[str, dict[str, str]] = {
                  "prepared_model.py:OpenVinoPreparedModel._own_input": "compile",
                  "prepared_model.py:OpenVinoPreparedModel._own_output": "compile",
                  "prepared_model.py:OpenVinoPreparedModel._copy_in": "compile",
-                 "prepared_model.py:OpenVinoPreparedModel.call": "compile"},
+                 "prepared_model.py:OpenVinoPreparedModel.call": "compile", "backend.py:infer_call": "compile"},
 }
 CATEGORIES = ("plumbing", "rules", "compile", "cache")
 
