@@ -71,9 +71,10 @@ class Levels:
         if dt > 0 and not running and not any(self.waiting):
             # Nothing queued or running (an idle app's next work starts): no level has a backlog left.
             owed = self._owed
-            for rank, o in enumerate(owed):
-                if o > 0:
-                    owed[rank] = 0
+            if max(owed) > 0:
+                for rank, o in enumerate(owed):
+                    if o > 0:
+                        owed[rank] = 0
         elif dt > 0 and len(running) == 1 and self.turn is None and not running[0].pausing \
                 and not any(self.waiting) and max(self._owed) <= 0:
             # One execution alone in the app (the common case, accounted at each of its steps): no level

@@ -24,6 +24,7 @@ Runs of one signature take turns on its binding; one that finds it busy (another
 from __future__ import annotations
 
 import math
+import operator
 import threading
 from typing import Protocol, Sequence, TypeVar
 
@@ -39,6 +40,8 @@ T = TypeVar("T")
 MAX_SIGNATURES = 8
 #: A feed whose every input and output is at most this large runs through arrays the runner keeps (above).
 SMALL_FEED_BYTES = 64 << 10
+#: A signature not seen yet (`FeedRunner._kept` holds None for one whose feeds are not kept).
+_UNKEPT = object()
 
 
 class Executes(Protocol):
@@ -65,15 +68,21 @@ class _Kept:
     def __init__(self, bound: BoundPlan, inputs: list[np.ndarray | None], outputs: list[np.ndarray]) -> None:
         self.bound, self.inputs, self.outputs = bound, inputs, outputs
         self.lock = threading.Lock()
+        #: The output shapes last found to be the kept arrays' (the drivers report the same objects again
+        #: while nothing changed: no look at their dimensions then).
+        self._matched: tuple = ()
 
     def run(self, feed: Sequence[np.ndarray | None]) -> list[np.ndarray] | None:
         """The feed's outputs (fresh arrays); None where a driver reports other shapes than the kept ones."""
         for kept, x in zip(self.inputs, feed):
             if kept is not None:
                 kept[...] = x  # (of its shape and dtype: a plain assignment, a third of `np.copyto`'s cost)
-        outcome = _run(self.bound, None)
-        if any(tuple(s.dimensions) != out.shape for s, out in zip(outcome.output_shapes, self.outputs)):
-            return None
+        shapes = _run(self.bound, None).output_shapes
+        matched = self._matched
+        if len(shapes) != len(matched) or not all(map(operator.is_, shapes, matched)):
+            if any(tuple(s.dimensions) != out.shape for s, out in zip(shapes, self.outputs)):
+                return None
+            self._matched = tuple(shapes)
         return [out.copy() for out in self.outputs]
 
 
@@ -95,7 +104,9 @@ class FeedRunner:
             return self.compilation.execute(inputs, timeout=timeout)
         key = _signature(plan, inputs)
         if key is not None and not timeout:
-            kept = self._kept[key] if key in self._kept else self._keep(plan, key, inputs)
+            kept = self._kept.get(key, _UNKEPT)
+            if kept is _UNKEPT:
+                kept = self._keep(plan, key, inputs)
             if kept is not None and kept.lock.acquire(blocking=False):
                 try:
                     outputs = kept.run(inputs)

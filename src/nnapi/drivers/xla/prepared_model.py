@@ -137,7 +137,7 @@ class XlaPreparedModel(Stages, DriverPreparedModel):
             values.update(zip((s.index for s in seg.outputs), outs))
         self.count_run()
         if binding.kept and not binding.buffers.inputs:
-            binding.driver_state = _Steady.of(self, segments, args)
+            binding.driver_state = _Steady.of(self, segments, args, binding)
         return [values[s.index] for s in sig.outputs]
 
     @staticmethod
@@ -166,17 +166,30 @@ def _ready(outs):
 class _Steady:
     """A kept binding's run of a prepared model of one sub-model without loops (`Binding.driver_state`): its
     arguments and its native call made once, the aliased inputs (device arrays over the app's memory) made
-    again at each run; valid while the prepared model runs these `segments` (a stage swap makes it anew)."""
+    again at each run, the results written straight into the binding's output views where it has them (the
+    base then has nothing to check or copy); valid while the prepared model runs these `segments` (a stage
+    swap makes it anew)."""
 
-    __slots__ = ("segments", "args", "aliased", "native", "checks", "picks")
+    __slots__ = ("segments", "args", "aliased", "native", "checks", "picks", "views")
 
-    def __init__(self, segments: list, args: list, aliased: list[tuple[int, int]], checks, picks: list[int]) -> None:
+    def __init__(self, segments: list, args: list, aliased: list[tuple[int, int]], checks, picks: list[int],
+                 views: list[np.ndarray] | None) -> None:
         self.segments, self.args, self.aliased, self.checks, self.picks = segments, args, aliased, checks, picks
+        self.views = views
         exe = segments[0][1]
-        self.native = NativeCall(lambda: _ready(exe(*args)), workers=WORKER_THREADS, what="xla execution")
+        if views is None:
+            self.native = NativeCall(lambda: _ready(exe(*args)), workers=WORKER_THREADS, what="xla execution")
+            return
+
+        def written() -> list:
+            outs = exe(*args)
+            for view, j in zip(views, picks):
+                view[...] = outs[j]  # (waits for the result, and casts as the base's write-back does)
+            return outs
+        self.native = NativeCall(written, workers=WORKER_THREADS, what="xla execution")
 
     @classmethod
-    def of(cls, prepared: XlaPreparedModel, segments: list, inputs: list) -> "_Steady | None":
+    def of(cls, prepared: XlaPreparedModel, segments: list, inputs: list, binding: Binding) -> "_Steady | None":
         """The steady run of this computation's arguments, or None (several sub-models, loops, or a main
         output that is not the sub-model's)."""
         if len(segments) != 1 or segments[0][0].loops:
@@ -191,7 +204,10 @@ class _Steady:
             return None
         args = [*(inputs[by_index[s.index]] for s in seg.inputs), *(prepared.constants[s.index] for s in seg.constants)]
         aliased = [(j, by_index[s.index]) for j, s in enumerate(seg.inputs) if not isinstance(args[j], np.ndarray)]
-        return cls(segments, args, aliased, seg.checks, [produced[s.index] for s in sig.outputs])
+        views = None if binding.buffers.outputs else [
+            binding.output_view(k, shape) for k, shape in enumerate(prepared.static_output_shapes)]
+        return cls(segments, args, aliased, seg.checks, [produced[s.index] for s in sig.outputs],
+                   None if views is None or any(v is None for v in views) else views)
 
     def run(self, binding: Binding, prepared: XlaPreparedModel) -> list:
         args = self.args
@@ -207,4 +223,4 @@ class _Steady:
             *outs, flags = outs
             raise_failed_check(self.checks, flags)
         prepared.count_run()
-        return [outs[j] for j in self.picks]
+        return self.views if self.views is not None else [outs[j] for j in self.picks]
