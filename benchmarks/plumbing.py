@@ -2,7 +2,8 @@
 left out) that are neither its lowering rules, nor its compile step, nor its cache format.
 
 What counts as which, per driver (a file's default, then the functions or classes named otherwise):
-- rules: the lowering rules and the helpers they share (`rules/`, `lowering.py`, xla `control_flow.py`);
+- rules: the lowering rules and the helpers they share (`rules/`, `lowering.py`, xla `control_flow.py`, and
+  openvino's lowerings of patterns of operations: `gru.py`, `norms.py`, `sequences.py`);
 - compile: the compile step: building the backend's program from the model (xla `program.py` and the
   lowered operations its compile takes from `analysis`: `static_analysis`, `_prove`, `lower_graph`;
   openvino `graph.py` and `unroll.py`, the run-time tensor helpers of the compiled graph (`tensors.py`:
@@ -36,8 +37,9 @@ FILES: dict[str, dict[str, str]] = {
     "reference": {"interpreter.py": "compile", "cache.py": "cache"},
     "xla": {"rules/": "rules", "lowering.py": "rules", "control_flow.py": "rules", "program.py": "compile",
             "cache.py": "cache"},
-    "openvino": {"rules/": "rules", "lowering.py": "rules", "graph.py": "compile", "unroll.py": "compile",
-                 "tensors.py": "compile", "cache.py": "cache"},
+    "openvino": {"rules/": "rules", "lowering.py": "rules", "gru.py": "rules", "norms.py": "rules",
+                 "sequences.py": "rules", "graph.py": "compile", "unroll.py": "compile", "tensors.py": "compile",
+                 "cache.py": "cache"},
 }
 #: Per driver: {"file:qualified name": category} for the functions and classes of other files that are not
 #: plumbing (methods as Class.method).

@@ -30,6 +30,7 @@ from ...validation import ConstantReader, build_operation_context, infer_model_s
 from .tensors import CHECK_PREFIX, check_outputs
 from .sequences import find_chains, lower_chain
 from .gru import find_gru_op
+from .norms import find_layer_norms, lower_layer_norm
 from .unroll import unroll_loops
 from ..base.lowering import LoweringTable, with_dims
 from .lowering import (B8, F16, F32, I32, LOOPS, LOWERINGS, Q8PC, REAL_TYPES, ROUNDING, Lowering, Unsupported, Value,
@@ -256,6 +257,7 @@ def lower_graph(model: Model, sub, dims, reader: ConstantReader, values: dict[in
         return xs
 
     chains = find_chains(sub) if LOOPS.get() == "compact" else {}  # (unrolled int8 LSTM sequences)
+    norms = find_layer_norms(sub, dims, reader)  # (by the operation that writes each norm's result)
     done = 0
     for n, op in enumerate(sub.operations):
         if n < done:
@@ -263,6 +265,10 @@ def lower_graph(model: Model, sub, dims, reader: ConstantReader, values: dict[in
         chain = chains.get(n)
         if chain is not None and lower_chain(sub, chain, context, inputs, values, unrounded):
             done = chain.concat + 1
+            continue
+        norm = norms.get(n)
+        if norm is not None and norm.x in values:
+            values[norm.y] = lower_layer_norm(norm, values[norm.x])  # (the norm's other nodes go unused)
             continue
         ctx = context(n)
         xs = inputs(n, ctx)
