@@ -52,6 +52,7 @@ NAMED: dict[str, dict[str, str]] = {
             "analysis.py:static_analysis": "compile",
             "device.py:XlaDevice.load": "cache", "prepared_model.py:XlaPreparedModel.run": "compile",
             "prepared_model.py:XlaPreparedModel.call": "compile", "prepared_model.py:_Steady": "compile",
+            "prepared_model.py:XlaPreparedModel._segment": "compile",
             "prepared_model.py:_ready": "compile",
             "prepared_model.py:XlaPreparedModel.optimized_stage": "compile",
             "prepared_model.py:XlaPreparedModel._warm_up": "compile"},

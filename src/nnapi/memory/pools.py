@@ -369,7 +369,7 @@ class ArrayPool(MappedPool):
         whole = self._whole
         if offset == 0 and type(value) is np.ndarray and value.nbytes == self.size and whole.dtype == value.dtype:
             self._check_writable()
-            np.copyto(whole.reshape(value.shape), value)
+            (whole if whole.shape == value.shape else whole.reshape(value.shape))[...] = value  # (np.copyto: 3x)
             return
         super().write(offset, value)
 

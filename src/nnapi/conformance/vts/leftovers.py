@@ -118,7 +118,8 @@ def start_time(pid: int) -> int:
 
 
 def end(pids: list[int], wait_s: float = 2.0) -> None:
-    """SIGKILL `pids` and reap those that are this process's children (bounded: `wait_s` in all)."""
+    """SIGKILL `pids`, reap those that are this process's children and wait for the others to be dead
+    (bounded: `wait_s` in all): a killed process takes a while to go on a loaded machine."""
     for pid in pids:
         try:
             os.kill(pid, signal.SIGKILL)
@@ -130,7 +131,7 @@ def end(pids: list[int], wait_s: float = 2.0) -> None:
             try:
                 done, _ = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                break   # not ours (its parent or init reaps it)
+                done = not _live(pid)  # not ours (its parent or init reaps it): dead once a zombie or gone
             except OSError:
                 break
             if done or time.monotonic() > deadline:

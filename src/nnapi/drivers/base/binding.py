@@ -32,12 +32,14 @@ def region_length(pool: MappedPool, length: int) -> int:
 
 #: The read-only view of an array handed out last, by (id, dtype, shape, strides): the same view object
 #: for the same array, as drivers that keep a tensor set up over an input compare identity. An entry
-#: lives as long as a driver keeps its view, and is reused only for the very array it was made of (its
-#: `base`, alive: a numpy array's memory never moves while a view of it exists), with no look at its data
-#: pointer (which costs more than the rest of the call). A view of a view has the first one's base
-#: (numpy collapses them), which cannot tell two slices of one array apart: such an array gets a new view
-#: each time.
-_read_only_views: "weakref.WeakValueDictionary[tuple, np.ndarray]" = weakref.WeakValueDictionary()
+#: (a weak reference: the view lives as long as a driver keeps it) is reused only for the very array it
+#: was made of (its `base`, alive: a numpy array's memory never moves while a view of it exists), with no
+#: look at its data pointer (which costs more than the rest of the call). A view of a view has the first
+#: one's base (numpy collapses them), which cannot tell two slices of one array apart: such an array gets a
+#: new view each time. Plain references without callbacks (a WeakValueDictionary's cost 1.5 us a call):
+#: entries whose view died are dropped once the table holds `MAX_READ_ONLY_VIEWS`.
+_read_only_views: dict[tuple, "weakref.ref[np.ndarray]"] = {}
+MAX_READ_ONLY_VIEWS = 256
 
 
 def read_only(array: np.ndarray) -> np.ndarray:
@@ -45,19 +47,37 @@ def read_only(array: np.ndarray) -> np.ndarray:
     (the app's memory, which a driver must never change); the array itself when it is read-only already."""
     if not array.flags.writeable:
         return array
-    key = (id(array), array.dtype.str, array.shape, array.strides)
-    view = _read_only_views.get(key)
+    key = (id(array), array.dtype, array.shape, array.strides)
+    ref = _read_only_views.get(key)
+    view = ref() if ref is not None else None
     if view is None or view.base is not array:
         view = array.view()
         view.flags.writeable = False
         if view.base is array:
-            _read_only_views[key] = view
+            if len(_read_only_views) >= MAX_READ_ONLY_VIEWS:
+                _drop_dead_views()
+            _read_only_views[key] = weakref.ref(view)
     return view
+
+
+def _drop_dead_views() -> None:
+    """Forget the views no driver keeps any more (all of them if they all still live)."""
+    for key, ref in list(_read_only_views.items()):
+        if ref() is None:
+            _read_only_views.pop(key, None)
+    if len(_read_only_views) >= MAX_READ_ONLY_VIEWS:
+        _read_only_views.clear()
 
 
 def loop_timeout(ns: int | None) -> int:
     """A WHILE loop's timeout: the default when none is given, clamped at the maximum."""
     return LOOP_TIMEOUT_DEFAULT_NS if ns is None else max(0, min(int(ns), LOOP_TIMEOUT_MAXIMUM_NS))
+
+
+def _shape_of(value: object) -> tuple[int, ...]:
+    """The shape of a driver's result that is not a numpy array (a device array's own tuple, when it has one)."""
+    shape = getattr(value, "shape", None)
+    return shape if type(shape) is tuple else tuple(int(d) for d in np.shape(value))
 
 
 class ModelIo:
@@ -281,8 +301,7 @@ class Binding:
         if len(values) != len(self._outputs):
             raise NnError(ErrorStatus.GENERAL_FAILURE,
                           f"the driver produced {len(values)} outputs, the model has {len(self._outputs)}")
-        shapes = [() if operand.type.is_scalar else (v.shape if type(v) is np.ndarray else
-                                                      tuple(int(d) for d in np.shape(v)))
+        shapes = [() if operand.type.is_scalar else (v.shape if type(v) is np.ndarray else _shape_of(v))
                   for operand, v in zip(self._outputs, values)]
         if self._kept_views is not None and not self.buffers.outputs:
             result = self._finish_kept(values, shapes)

@@ -25,7 +25,6 @@ executions run once.
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
 from typing import Callable
 
 import numpy as np
@@ -110,7 +109,7 @@ class XlaPreparedModel(Stages, DriverPreparedModel):
                 raise NnError(ErrorStatus.INVALID_ARGUMENT,
                               f"request input {k}: dimensions {list(binding.input_shape(k))} differ from the "
                               f"compiled {list(shape)}")
-            value = binding.device_input(k)  # a memory-domain buffer's device array
+            value = binding.device_input(k) if binding.buffers.inputs else None  # a memory-domain buffer's array
             if value is None:
                 value = binding.input(k)
                 if value.nbytes >= ALIAS_MIN_BYTES and value.ctypes.data % prog.ALIGN == 0:
@@ -123,12 +122,11 @@ class XlaPreparedModel(Stages, DriverPreparedModel):
                 binding.checkpoint(f"sub-model {j} of {len(segments)}")  # preemption / deadline (QoS)
             seg_args = [*(values[s.index] for s in seg.inputs), *(self.constants[s.index] for s in seg.constants)]
             try:
-                with trace.span(f"sub-model {j}", "operation", device="xla") if trace.active() else nullcontext():
-                    if seg.loops:
-                        outs = self._loop_budgets.run(lambda budget: self.call(seg, exe, seg_args, binding, budget),
-                                                      binding, j)
-                    else:
-                        outs = self.call(seg, exe, seg_args, binding)[1]
+                if trace.active():
+                    with trace.span(f"sub-model {j}", "operation", device="xla"):
+                        outs = self._segment(j, seg, exe, seg_args, binding)
+                else:
+                    outs = self._segment(j, seg, exe, seg_args, binding)
             except NnError:
                 raise
             except Exception as e:  # never crash the caller on a runtime failure of XLA
@@ -139,6 +137,12 @@ class XlaPreparedModel(Stages, DriverPreparedModel):
         if binding.kept and not binding.buffers.inputs:
             binding.driver_state = _Steady.of(self, segments, args, binding)
         return [values[s.index] for s in sig.outputs]
+
+    def _segment(self, j: int, seg: prog.Signature, exe, args: list, binding: Binding) -> list:
+        """Sub-model `j`'s outputs (with loops: under its iteration budget)."""
+        if seg.loops:
+            return self._loop_budgets.run(lambda budget: self.call(seg, exe, args, binding, budget), binding, j)
+        return self.call(seg, exe, args, binding)[1]
 
     @staticmethod
     def call(seg: prog.Signature, exe, args: list, binding: Binding, budget: int | None = None) -> tuple[bool, list]:
