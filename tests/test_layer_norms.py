@@ -24,7 +24,7 @@ def _const(m: nnapi.Model, array: np.ndarray, kind: T = T.TENSOR_FLOAT32) -> int
 
 
 def norm_model(shape: tuple[int, ...], *, seed: int = 0, form: str = "keras", axis: int = -1, square: str = "dd",
-               gamma_per_row: bool = False, leak_mean: bool = False) -> nnapi.Model:
+               gamma_per_row: bool = False, leak_mean: bool = False, clamp: bool = False) -> nnapi.Model:
     """x -> FULLY_CONNECTED-free layer norm of x + 1 -> RELU (the norm between two other operations).
     form "keras": y = x * g + (-mean) * g with g = rsqrt(var + eps) * gamma (beta folded away, as in
     tiny_transformer_f32); "shifted": y = x * g + (beta - mean * g)."""
@@ -65,7 +65,14 @@ def norm_model(shape: tuple[int, ...], *, seed: int = 0, form: str = "keras", ax
         mg, shift = new(scaled), new(scaled)
         m.add_operation(Op.MUL, [mean, g, act], [mg])
         m.add_operation(Op.SUB, [_const(m, rng.normal(0, 1, (channels,)).astype(np.float32)), mg, act], [shift])
-    m.add_operation(Op.ADD, [xg, shift, act], [y])
+    if clamp:  # (RELU fused into the last ADD, with a shift that random draws hardly ever take below 0)
+        relu = m.add_operand(T.INT32)
+        m.set_operand_value(relu, 1)
+        shifted = new()
+        m.add_operation(Op.ADD, [xg, shift, act], [shifted])
+        m.add_operation(Op.ADD, [shifted, _const(m, np.full(1, 30, np.float32)), relu], [y])
+    else:
+        m.add_operation(Op.ADD, [xg, shift, act], [y])
     out = new()
     m.add_operation(Op.RELU, [y], [out])
     outputs = [out]
@@ -134,3 +141,18 @@ def test_the_keras_tiny_transformer_runs_its_five_layer_norms_as_mvn_as_litert_c
     assert _layer_types(session.compilation).count("MVN") == 5
     got = np.asarray(session.run(ref["input_0"])["output_0"])
     np.testing.assert_allclose(got, ref["output_0"], atol=1e-5)
+
+
+def test_a_fused_activation_ends_the_norm_before_it():
+    """A clamp that random draws hardly ever reach (RELU after a shift of 30) is not taken for part of the
+    norm: the norm ends at the value before it, and the clamp lowers as itself."""
+    rng = np.random.default_rng(9)
+    shape = (4, 16)
+    model = norm_model(shape, seed=9, clamp=True)
+    (norm,) = _norms(model).values()
+    hal = model.to_hal()
+    reader = ConstantReader(hal)
+    ops_ = hal.main.operations
+    code = [int(reader.value(hal.main.operands[op.inputs[2]])) for op in (ops_[norm.last], ops_[norm.last + 1])]
+    assert ops_[norm.last].outputs[0] == norm.y and norm.y in ops_[norm.last + 1].inputs and code == [0, 1]
+    _compare(model, [rng.normal(0, 3, shape).astype(np.float32)])

@@ -14,7 +14,8 @@ square root) times gamma, plus beta, is one node.
 - its core, by structure: MEAN of x over its last axis (dimensions kept), SUB of that mean from x, MUL of
   the difference by itself, MEAN of that, ADD of a constant eps, RSQRT;
 - the rest, by reach: the element-wise operations after the core that read only its values, x and
-  constants, of which exactly one value, y, is read outside them (or is a model output);
+  constants, of which exactly one value, y, is read outside them (or is a model output); none of them
+  with a fused activation (a clamp that random draws might not reach);
 - then y itself: the operations run by the ops registry's kernels on random x, and y must be
   (x - mean) / sqrt(var + eps) * gamma + beta for one gamma and one beta per channel (fitted on two
   draws, checked on a third within float32 rounding). Otherwise the operations lower one by one.
@@ -103,6 +104,8 @@ def _norm_at(sub: Subgraph, dims: list[tuple[int, ...]], reader: ConstantReader,
     if len(roots) != 1:
         return None
     core = [n, subs[0], squares[0], variances[0], adds[0], roots[0]]
+    if not all(_no_activation(sub, reader, ops_[k]) for k in core[1:5]):
+        return None
     region = _region(sub, reader, x, core, readers)
     if region is None:
         return None
@@ -118,6 +121,14 @@ def _last_axis_mean(sub: Subgraph, reader: ConstantReader, op, rank: int) -> boo
         and int(keep.reshape(-1)[0]) != 0
 
 
+def _no_activation(sub: Subgraph, reader: ConstantReader, op) -> bool:
+    """No fused activation (NEG has none; ADD, SUB, MUL and DIV take its code as their third input)."""
+    if op.type == Op.NEG or op.type == Op.RSQRT or op.type == Op.MEAN:
+        return True
+    code = reader.value(sub.operands[op.inputs[2]]) if len(op.inputs) > 2 else None
+    return code is not None and int(code.reshape(-1)[0]) == 0
+
+
 def _region(sub: Subgraph, reader: ConstantReader, x: int, core: list[int],
             readers: dict[int, list[int]]) -> tuple[list[int], int] | None:
     """The core's operations and the element-wise ones after it that read only their values, x and
@@ -128,7 +139,8 @@ def _region(sub: Subgraph, reader: ConstantReader, x: int, core: list[int],
     for k in range(min(core) + 1, len(ops_)):
         op = ops_[k]
         if k not in members and op.type in _ELEMENTWISE and any(i in made for i in op.inputs) and all(
-                i in made or i == x or reader.value(operands[i]) is not None for i in op.inputs):
+                i in made or i == x or reader.value(operands[i]) is not None for i in op.inputs) and \
+                _no_activation(sub, reader, op):
             members.add(k)
             made.update(op.outputs)
     inside = sorted(members)
