@@ -241,6 +241,44 @@ def test_low_work_keeps_a_quarter_of_the_running_time_under_continuous_high_work
     assert _run_lengths(until_done) == [("high", 120), ("low", 40)] * 3
 
 
+def test_low_work_beside_its_levels_turn_is_not_told_to_yield_for_the_high_work_that_waits_for_the_turn():
+    """Two slots: HIGH work runs, two LOW tasks wait. Once LOW is owed its turn, the first LOW task starts on
+    the free slot and the HIGH work pauses for the turn (`alone_turns`), so the second LOW task takes its
+    slot beside the turn. The HIGH work that waits cannot start before the turn ends, so it does not tell
+    that task to yield (it was: granted, told to yield at its first checkpoint, granted again, a thread woken
+    for every step, which left LOW a tenth of its share in-process)."""
+    clock = FakeClock()
+    s = Scheduler(workers=2, clock=clock, share=0.25, turn_ns=10 * MS, alone_turns=True)
+    high = s.submit(priority=HIGH)
+    lows = [s.submit(priority=LOW) for _ in range(2)]
+    assert [t.state for t in lows] == ["queued", "queued"]       # (LOW waits while its app's HIGH work runs)
+    at_checkpoint, resume = threading.Event(), threading.Event()
+
+    def high_work() -> None:
+        clock.advance(40 * MS)                                   # LOW is owed its turn (40 ms / 3 > 10 ms)
+        s.submit(priority=HIGH).cancel()                         # (the scheduler looks again: the turn begins)
+        at_checkpoint.set()
+        checkpoint("high")                                       # pauses for the turn
+        assert resume.wait(WAIT)
+
+    t = run_on_thread(high, high_work)
+    assert at_checkpoint.wait(WAIT)
+    waiting = s.submit(priority=HIGH)                            # HIGH work waiting for the turn
+    deadline = threading.Event()
+    for _ in range(1000):                                        # (until the HIGH work has paused)
+        if all(low.state == "running" for low in lows):
+            break
+        deadline.wait(0.002)
+    assert [low.state for low in lows] == ["running", "running"] and sum(low.on_turn for low in lows) == 1
+    assert not any(low.yield_requested for low in lows), [(low.on_turn, low.yield_at) for low in lows]
+    assert waiting.state == "queued"
+    for ticket in (*lows, waiting):
+        ticket.cancel()
+    resume.set()
+    t.join(WAIT)
+    assert not t.is_alive()
+
+
 def _run_lengths(log: list) -> list[tuple[str, int]]:
     runs: list[tuple[str, int]] = []
     for name, _ in log:

@@ -349,7 +349,11 @@ class Scheduler:
                 urgent = t.lent or (holding and self._holds.held(app, now))
             else:
                 top = app.top() if app.queued else None
-                urgent = t.lent or (top is not None and top.rank > t.rank) or (
+                # (beside its level's turn, where the app's higher-priority work waits for the turn: that
+                # work cannot start before the turn ends, so it does not make this work pause; else work
+                # granted beside the turn would be told to yield at once, again and again)
+                beside = turn is not None and self.alone_turns and t.rank == turn.rank
+                urgent = t.lent or (top is not None and top.rank > t.rank and not beside) or (
                     self.exclusive and app.top_running_rank() > t.rank) or (holding and self._holds.held(app, now))
             if urgent:
                 if t.yield_at != 0 and t.preempt is not None:
