@@ -6,7 +6,8 @@ One run, side by side, medians:
    API: the reference driver in-process, served by `nnapi serve` (plain `compute`), and served
    through a burst (`Burst.compute`). Goals: burst <= in-process + 100 us, plain <= in-process + 250 us.
    Also a reusable execution (`set_reusable(True)`, arguments bound once) in-process and served (the
-   service keeps the request: each computation is one small call).
+   service keeps the request: each computation is one small call), next to the floor of any served call
+   measured in the same rounds: a 16-byte message to a forked process and back over a blocking socket.
 2. Overhead against tensor size, 4 KB to 64 MB, inputs and outputs in shared memory (`Memory.ashmem`,
    so the app's own copy is excluded): the overhead of a call is its latency minus the time the driver
    reports it spent (`time_in_driver`), so the computation itself drops out. Goal: flat (64 MB <= 2x
@@ -127,19 +128,58 @@ def tiny(local, served, runs: int) -> dict:
             e.compute()
         return time.perf_counter_ns() - start
 
-    for kind in times:  # warm-up
-        for _ in range(50):
-            one(kind)
-    rounds = 10
-    for _ in range(rounds):  # interleaved rounds: the machine's busy spells hit every configuration alike
-        for kind in times:
-            times[kind].extend(one(kind) for _ in range(max(1, runs // rounds)))
-    burst.close()
+    echo = Echo()  # the floor: a small message to another process and back over a blocking Unix socket
+    times["socket_round_trip"] = []
+    try:
+        for kind in times:  # warm-up
+            for _ in range(50):
+                echo.round_trip() if kind == "socket_round_trip" else one(kind)
+        rounds = 10
+        for _ in range(rounds):  # interleaved rounds: the machine's busy spells hit every configuration alike
+            for kind in times:
+                times[kind].extend(echo.round_trip() if kind == "socket_round_trip" else one(kind)
+                                   for _ in range(max(1, runs // rounds)))
+    finally:
+        echo.close()
+        burst.close()
     med = {k: median_us(v) for k, v in times.items()}
     return {"median_us": med,
             "service_overhead_us": med["service"] - med["in_process"],
             "burst_overhead_us": med["service_burst"] - med["in_process"],
-            "reusable_overhead_us": med["service_reusable"] - med["in_process_reusable"]}
+            "reusable_overhead_us": med["service_reusable"] - med["in_process_reusable"],
+            "reusable_over_socket_us": med["service_reusable"] - med["socket_round_trip"]}
+
+
+class Echo:
+    """A forked process that sends back each small message it gets over a socket pair: what one blocking
+    round trip between two processes costs on this machine, the floor of any served call."""
+
+    def __init__(self) -> None:
+        self.parent, child = socket.socketpair()
+        self.pid = os.fork()
+        if self.pid == 0:
+            self.parent.close()
+            try:
+                while True:
+                    data = child.recv(64)
+                    if not data:
+                        break
+                    child.sendall(data)
+            finally:
+                os._exit(0)
+        child.close()
+
+    def round_trip(self) -> int:
+        start = time.perf_counter_ns()
+        self.parent.sendall(b"0123456789abcdef")
+        got = 0
+        while got < 16:
+            got += len(self.parent.recv(64))
+        return time.perf_counter_ns() - start
+
+    def close(self) -> None:
+        self.parent.close()
+        os.waitpid(self.pid, 0)
 
 
 # --- 2. tensor size ------------------------------------------------------------------------------------------
@@ -474,7 +514,9 @@ def main() -> None:
                   f"service {t['median_us']['service']:.0f} us (+{t['service_overhead_us']:.0f}), "
                   f"service burst {t['median_us']['service_burst']:.0f} us (+{t['burst_overhead_us']:.0f}); "
                   f"a reusable execution: in-process {t['median_us']['in_process_reusable']:.0f} us, service "
-                  f"{t['median_us']['service_reusable']:.0f} us (+{t['reusable_overhead_us']:.0f})")
+                  f"{t['median_us']['service_reusable']:.0f} us (+{t['reusable_overhead_us']:.0f}); a blocking socket "
+                  f"round trip to another process {t['median_us']['socket_round_trip']:.0f} us (the served reusable "
+                  f"execution: +{t['reusable_over_socket_us']:.0f} over it)")
         if "size" not in skip:
             figures["size"] = overhead_by_size(local, served, [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20], 40)
             print("2. overhead against tensor size (latency minus time in driver), median us")
